@@ -1,0 +1,385 @@
+"""Every metric fleetd exports: name, type, unit, help and labels, in one place.
+
+Names carry their unit (``_celsius``, ``_watts``, ``_bytes``, ``_seconds``, ``_ratio``) and
+counters end in ``_total``. Internal readings use these same names, so rules, the store,
+/metrics, the Prometheus rule export and the dashboards share one vocabulary. A test checks
+that /metrics exposes nothing outside this catalog and that dashboards query nothing outside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+MetricType = Literal["gauge", "counter", "info", "histogram", "summary"]
+
+GPU = ("gpu", "uuid")
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    name: str
+    type: MetricType
+    unit: str
+    help: str
+    labels: tuple[str, ...] = ()
+
+
+def _m(name: str, type_: MetricType, unit: str, help_: str, *labels: str) -> MetricSpec:
+    return MetricSpec(name, type_, unit, help_, tuple(labels))
+
+
+GPU_METRICS: tuple[MetricSpec, ...] = (
+    # identity and presence
+    _m(
+        "fleetd_gpu_info",
+        "gauge",
+        "",
+        "GPU identity; the value is always 1.",
+        *GPU,
+        "bdf",
+        "serial",
+        "product",
+        "model",
+        "vbios",
+        "driver_version",
+        "kfd_id",
+        "hip_id",
+        "hive_id",
+    ),
+    _m(
+        "fleetd_gpu_up",
+        "gauge",
+        "",
+        "1 when the GPU enumerated and answered its last poll within the timeout, 0 when it is missing or hung.",
+        *GPU,
+    ),
+    _m(
+        "fleetd_gpu_readings_missing",
+        "gauge",
+        "",
+        "Readings of this GPU that were missing in the last poll (unsupported, N/A, error or timeout).",
+        *GPU,
+        "collector",
+    ),
+    # temperature
+    _m(
+        "fleetd_gpu_temperature_celsius",
+        "gauge",
+        "celsius",
+        "Current temperature per sensor: hotspot (junction), hbm (VRAM), edge where present, vr (max voltage regulator).",
+        *GPU,
+        "sensor",
+    ),
+    _m(
+        "fleetd_gpu_temperature_limit_celsius",
+        "gauge",
+        "celsius",
+        "Temperature limits the GPU itself reports, per sensor: critical (throttle) and emergency (shutdown).",
+        *GPU,
+        "sensor",
+        "limit",
+    ),
+    # power and energy
+    _m("fleetd_gpu_power_watts", "gauge", "watts", "Current socket power.", *GPU),
+    _m(
+        "fleetd_gpu_power_average_watts",
+        "gauge",
+        "watts",
+        "Average socket power as reported by the GPU (absent on MI300-class).",
+        *GPU,
+    ),
+    _m("fleetd_gpu_power_cap_watts", "gauge", "watts", "Power cap in force.", *GPU),
+    _m(
+        "fleetd_gpu_energy_joules_total",
+        "counter",
+        "joules",
+        "Energy consumed since the driver loaded.",
+        *GPU,
+    ),
+    # ECC / RAS
+    _m(
+        "fleetd_gpu_ecc_errors_total",
+        "counter",
+        "",
+        "ECC errors of all blocks since the driver loaded, by type: correctable, uncorrectable, deferred.",
+        *GPU,
+        "type",
+    ),
+    _m(
+        "fleetd_gpu_ecc_block_errors_total",
+        "counter",
+        "",
+        "ECC errors per RAS block since the driver loaded, by type.",
+        *GPU,
+        "block",
+        "type",
+    ),
+    _m(
+        "fleetd_gpu_ecc_enabled",
+        "gauge",
+        "",
+        "1 when ECC is enabled for the RAS block.",
+        *GPU,
+        "block",
+    ),
+    _m(
+        "fleetd_gpu_retired_pages",
+        "gauge",
+        "",
+        "HBM pages retired (bad pages recorded in the board EEPROM), by status: reserved, pending, unreservable.",
+        *GPU,
+        "status",
+    ),
+    _m(
+        "fleetd_gpu_retired_pages_threshold",
+        "gauge",
+        "",
+        "Bad-page count at which the driver marks the GPU bad (needs root and debugfs).",
+        *GPU,
+    ),
+    # PCIe
+    _m("fleetd_gpu_pcie_link_width_lanes", "gauge", "lanes", "Current PCIe link width.", *GPU),
+    _m(
+        "fleetd_gpu_pcie_link_max_width_lanes",
+        "gauge",
+        "lanes",
+        "Maximum PCIe link width the GPU supports.",
+        *GPU,
+    ),
+    _m(
+        "fleetd_gpu_pcie_link_speed_gigatransfers_per_second",
+        "gauge",
+        "GT/s",
+        "Current PCIe link speed (32 = Gen5).",
+        *GPU,
+    ),
+    _m(
+        "fleetd_gpu_pcie_link_max_speed_gigatransfers_per_second",
+        "gauge",
+        "GT/s",
+        "Maximum PCIe link speed the GPU supports.",
+        *GPU,
+    ),
+    _m("fleetd_gpu_pcie_replays_total", "counter", "", "PCIe replays.", *GPU),
+    _m(
+        "fleetd_gpu_pcie_replay_rollovers_total",
+        "counter",
+        "",
+        "PCIe replay-counter rollovers.",
+        *GPU,
+    ),
+    _m(
+        "fleetd_gpu_pcie_l0_recoveries_total",
+        "counter",
+        "",
+        "PCIe link transitions from L0 to recovery.",
+        *GPU,
+    ),
+    _m("fleetd_gpu_pcie_naks_sent_total", "counter", "", "PCIe NAKs sent.", *GPU),
+    _m("fleetd_gpu_pcie_naks_received_total", "counter", "", "PCIe NAKs received.", *GPU),
+    # XGMI
+    _m(
+        "fleetd_gpu_xgmi_link_up",
+        "gauge",
+        "",
+        "1 when the XGMI link is up, 0 when it is down (disabled links are not exported).",
+        *GPU,
+        "link",
+    ),
+    _m(
+        "fleetd_gpu_xgmi_links",
+        "gauge",
+        "",
+        "XGMI links by state: up, down, disabled.",
+        *GPU,
+        "state",
+    ),
+    _m(
+        "fleetd_gpu_xgmi_error_status",
+        "gauge",
+        "",
+        "XGMI error status: 0 no errors, 1 error, 2 multiple errors.",
+        *GPU,
+    ),
+    _m(
+        "fleetd_gpu_xgmi_read_bytes_total",
+        "counter",
+        "bytes",
+        "Data read over each XGMI link.",
+        *GPU,
+        "link",
+    ),
+    _m(
+        "fleetd_gpu_xgmi_write_bytes_total",
+        "counter",
+        "bytes",
+        "Data written over each XGMI link.",
+        *GPU,
+        "link",
+    ),
+    # throttling
+    _m(
+        "fleetd_gpu_throttle_residency_total",
+        "counter",
+        "",
+        "Firmware throttle-residency accumulator per reason (ppt, socket_thermal, hbm_thermal, vr_thermal, prochot); divide its increase by fleetd_gpu_throttle_accumulation_total's.",
+        *GPU,
+        "reason",
+    ),
+    _m(
+        "fleetd_gpu_throttle_accumulation_total",
+        "counter",
+        "",
+        "Firmware accumulation counter, the denominator of the throttle residencies.",
+        *GPU,
+    ),
+    _m(
+        "fleetd_gpu_throttle_ratio",
+        "gauge",
+        "ratio",
+        "Fraction of the last poll interval the GPU spent throttled, per reason.",
+        *GPU,
+        "reason",
+    ),
+    # utilisation, memory, clocks, processes
+    _m(
+        "fleetd_gpu_utilization_ratio",
+        "gauge",
+        "ratio",
+        "Engine activity, 0 to 1: gfx, memory.",
+        *GPU,
+        "engine",
+    ),
+    _m("fleetd_gpu_memory_used_bytes", "gauge", "bytes", "VRAM in use.", *GPU),
+    _m("fleetd_gpu_memory_total_bytes", "gauge", "bytes", "VRAM size.", *GPU),
+    _m(
+        "fleetd_gpu_clock_hertz",
+        "gauge",
+        "hertz",
+        "Current clock per domain: gfx, memory, soc.",
+        *GPU,
+        "domain",
+    ),
+    _m("fleetd_gpu_processes", "gauge", "", "Processes using the GPU (slow cadence).", *GPU),
+    _m(
+        "fleetd_gpu_process_memory_bytes",
+        "gauge",
+        "bytes",
+        "Memory held by processes on the GPU (slow cadence).",
+        *GPU,
+    ),
+)
+
+VLLM_METRICS: tuple[MetricSpec, ...] = (
+    _m(
+        "fleetd_vllm_up",
+        "gauge",
+        "",
+        "1 when the vLLM worker's /health answered 200.",
+        "worker",
+        "gpu",
+    ),
+    _m(
+        "fleetd_vllm_requests_running",
+        "gauge",
+        "",
+        "Requests the worker is running (vllm:num_requests_running).",
+        "worker",
+        "gpu",
+    ),
+    _m(
+        "fleetd_vllm_requests_waiting",
+        "gauge",
+        "",
+        "Requests queued at the worker (vllm:num_requests_waiting).",
+        "worker",
+        "gpu",
+    ),
+    _m(
+        "fleetd_vllm_kv_cache_usage_ratio",
+        "gauge",
+        "ratio",
+        "KV-cache usage, 0 to 1.",
+        "worker",
+        "gpu",
+    ),
+    _m(
+        "fleetd_vllm_generation_tokens_total",
+        "counter",
+        "",
+        "Tokens generated by the worker.",
+        "worker",
+        "gpu",
+    ),
+    _m(
+        "fleetd_gpu_tokens_per_joule",
+        "gauge",
+        "tokens/J",
+        "Generation tokens per joule over the last scrape interval, per GPU.",
+        *GPU,
+    ),
+)
+
+SELF_METRICS: tuple[MetricSpec, ...] = (
+    _m("fleetd_build_info", "gauge", "", "fleetd version; the value is always 1.", "version"),
+    _m(
+        "fleetd_poll_duration_seconds",
+        "histogram",
+        "seconds",
+        "Wall time of one poll of every GPU.",
+    ),
+    _m("fleetd_polls_total", "counter", "", "Polls run."),
+    _m(
+        "fleetd_polls_missed_total",
+        "counter",
+        "",
+        "Polls skipped because the previous one was still running.",
+    ),
+    _m(
+        "fleetd_collector_success",
+        "gauge",
+        "",
+        "1 when the collector's last run succeeded for every GPU.",
+        "collector",
+    ),
+    _m(
+        "fleetd_collector_duration_seconds",
+        "gauge",
+        "seconds",
+        "Wall time of the collector's last run over all GPUs.",
+        "collector",
+    ),
+    _m(
+        "fleetd_last_poll_timestamp_seconds",
+        "gauge",
+        "seconds",
+        "When the last poll finished (Unix time).",
+    ),
+    _m("fleetd_scrape_errors_total", "counter", "", "Failed scrapes of vLLM workers.", "worker"),
+    _m(
+        "fleetd_config_reloads_total",
+        "counter",
+        "",
+        "Config reloads by result: success, failure.",
+        "result",
+    ),
+    _m(
+        "fleetd_config_last_reload_success", "gauge", "", "1 when the last config reload succeeded."
+    ),
+    _m("process_cpu_seconds_total", "counter", "seconds", "fleetd's own CPU time."),
+    _m("process_resident_memory_bytes", "gauge", "bytes", "fleetd's own resident memory."),
+    _m("process_virtual_memory_bytes", "gauge", "bytes", "fleetd's own virtual memory."),
+    _m("process_start_time_seconds", "gauge", "seconds", "When fleetd started (Unix time)."),
+    _m("process_open_fds", "gauge", "", "File descriptors fleetd holds open."),
+    _m("process_max_fds", "gauge", "", "fleetd's file-descriptor limit."),
+)
+
+CATALOG: dict[str, MetricSpec] = {
+    spec.name: spec for group in (GPU_METRICS, VLLM_METRICS, SELF_METRICS) for spec in group
+}
+
+
+def spec(name: str) -> MetricSpec:
+    """The catalog entry of ``name``; KeyError for a metric fleetd does not export."""
+    return CATALOG[name]

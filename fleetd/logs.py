@@ -1,0 +1,51 @@
+"""structlog set-up: JSON lines by default (journald), a console renderer for people.
+
+Event names are stable snake_case identifiers (``poll_overrun``, ``config_reload_failed``);
+context goes in key/value fields, never in the event text.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any, Literal, TextIO
+
+import structlog
+
+LogFormat = Literal["json", "console"]
+
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
+
+
+def configure_logging(
+    fmt: LogFormat = "json", level: str = "info", stream: TextIO | None = None
+) -> None:
+    """Configure structlog once for the process; safe to call again on reload."""
+    renderer: Any
+    if fmt == "console":
+        renderer = structlog.dev.ConsoleRenderer(colors=(stream or sys.stderr).isatty())
+    else:
+        renderer = structlog.processors.JSONRenderer(sort_keys=False)
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS.get(level, logging.INFO)),
+        logger_factory=structlog.PrintLoggerFactory(file=stream or sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+
+
+def get_logger(component: str) -> structlog.stdlib.BoundLogger:
+    """A logger whose every line carries ``component``."""
+    logger: structlog.stdlib.BoundLogger = structlog.get_logger().bind(component=component)
+    return logger

@@ -1,0 +1,207 @@
+"""Frozen value types that flow between fleetd's parts.
+
+A *reading* is one value of one series at one time; ``value=None`` means the reading is
+missing (unsupported, "N/A", a raw sentinel, an exception, a timeout) and is never a zero.
+Metric names are the exported Prometheus names from ``fleetd.collect.catalog``, so rules,
+the store, /metrics and dashboards all speak one vocabulary.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import NamedTuple
+
+Labels = tuple[tuple[str, str], ...]
+"""Label pairs sorted by name: hashable, comparable, cheap to build once per series."""
+
+
+def make_labels(pairs: Mapping[str, object] | Iterable[tuple[str, object]] = ()) -> Labels:
+    """Build sorted ``Labels`` from a mapping or pairs; values become strings."""
+    items = pairs.items() if isinstance(pairs, Mapping) else pairs
+    return tuple(sorted((str(k), str(v)) for k, v in items))
+
+
+def label_value(labels: Labels, name: str) -> str | None:
+    """The value of one label, or None."""
+    for key, value in labels:
+        if key == name:
+            return value
+    return None
+
+
+def with_labels(labels: Labels, **extra: object) -> Labels:
+    """Labels with ``extra`` added or replaced."""
+    merged = dict(labels)
+    merged.update({k: str(v) for k, v in extra.items()})
+    return make_labels(merged)
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesKey:
+    """Identity of one time series: metric name plus labels."""
+
+    metric: str
+    labels: Labels = ()
+
+    def label(self, name: str) -> str | None:
+        return label_value(self.labels, name)
+
+    def __str__(self) -> str:
+        inner = ",".join(f'{k}="{v}"' for k, v in self.labels)
+        return f"{self.metric}{{{inner}}}"
+
+
+class Sample(NamedTuple):
+    """One stored point: Unix seconds and a value (never None: missing points are not stored)."""
+
+    ts: float
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """One value read in one poll; ``value is None`` marks it missing and ``reason`` says why."""
+
+    metric: str
+    labels: Labels
+    value: float | None
+    ts: float
+    reason: str | None = None
+
+    @property
+    def key(self) -> SeriesKey:
+        return SeriesKey(self.metric, self.labels)
+
+    @property
+    def missing(self) -> bool:
+        return self.value is None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuIdentity:
+    """What identifies one GPU; read once at start-up and after every re-enumeration."""
+
+    index: int
+    uuid: str
+    bdf: str
+    serial: str | None = None
+    product: str | None = None
+    model: str | None = None  # normalised product family: MI300X, MI325X, MI350X, MI355X
+    vbios: str | None = None
+    driver_version: str | None = None
+    kfd_id: int | None = None
+    hip_id: int | None = None
+    hive_id: str | None = None
+
+    @property
+    def labels(self) -> Labels:
+        """The labels every per-GPU series carries."""
+        return make_labels({"gpu": self.index, "uuid": self.uuid})
+
+
+@dataclass(frozen=True, slots=True)
+class GpuStatus:
+    """How one GPU's poll went: enumerated or not, finished within its timeout or not."""
+
+    gpu: GpuIdentity
+    present: bool
+    responsive: bool
+    missing_readings: int = 0
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CollectorResult:
+    """Outcome of one collector in one poll, for self-metrics."""
+
+    name: str
+    success: bool
+    duration_s: float
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one poll produced."""
+
+    node: str
+    ts: float
+    gpus: tuple[GpuStatus, ...]
+    readings: tuple[Reading, ...]
+    collectors: tuple[CollectorResult, ...] = ()
+    duration_s: float = 0.0
+
+
+class Severity(StrEnum):
+    CRITICAL = "critical"
+    WARNING = "warning"
+    INFO = "info"
+
+
+class AlertState(StrEnum):
+    """Prometheus' alert states, plus RESOLVED for an alert that fired and stopped."""
+
+    INACTIVE = "inactive"
+    PENDING = "pending"
+    FIRING = "firing"
+    RESOLVED = "resolved"
+
+
+@dataclass(frozen=True, slots=True)
+class AlertKey:
+    """One alert per rule and label set."""
+
+    rule: str
+    labels: Labels
+
+    def fingerprint(self) -> str:
+        """Stable 16-hex-digit id, the same across restarts and hosts."""
+        text = self.rule + "\x00" + "\x00".join(f"{k}={v}" for k, v in self.labels)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    """The state of one alert after an evaluation."""
+
+    key: AlertKey
+    state: AlertState
+    severity: Severity
+    labels: Labels  # full label set sent to receivers (alertname, severity, node, gpu, rule labels)
+    annotations: Labels = ()
+    value: float | None = None
+    active_at: float | None = None  # when the condition first held in this episode
+    fired_at: float | None = None
+    resolved_at: float | None = None
+    keep_firing_since: float | None = None
+    last_eval_at: float | None = None
+    remediation_plan: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """An alert changed state; the outbox and the remediation policy act on these."""
+
+    alert: Alert
+    previous: AlertState
+    current: AlertState
+    at: float
+
+
+class HealthState(StrEnum):
+    HEALTHY = "healthy"
+    DEGRADED = "degraded"  # warning alerts firing
+    UNHEALTHY = "unhealthy"  # critical alerts firing
+    UNKNOWN = "unknown"  # no fresh data: never shown as healthy
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """A verdict and the age of the data behind it."""
+
+    state: HealthState
+    data_age_s: float | None
+    reasons: tuple[str, ...] = field(default_factory=tuple)
