@@ -66,7 +66,7 @@ def _construct(
     if isinstance(node, yaml.MappingNode):
         result: dict[Any, Any] = {}
         for key_node, value_node in node.value:
-            key = loader.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            key = loader.construct_object(key_node, deep=True)
             if not isinstance(key, str | int | float | bool) or key is None:
                 problems.append(_node_problem(filename, key_node, path, "keys must be scalars"))
                 continue
@@ -82,7 +82,7 @@ def _construct(
             _construct(item, (*path, i), marks, problems, loader, filename)
             for i, item in enumerate(node.value)
         ]
-    return loader.construct_object(node, deep=True)  # type: ignore[no-untyped-call]
+    return loader.construct_object(node, deep=True)
 
 
 def _node_problem(filename: str, node: yaml.Node, path: Path_, message: str) -> Problem:

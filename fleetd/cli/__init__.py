@@ -1,0 +1,1 @@
+"""Command-line entry points: ``fleetd`` (the daemon and its checks) and ``fleetctl`` (SREs)."""

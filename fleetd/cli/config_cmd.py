@@ -1,0 +1,29 @@
+"""``fleetd config check PATH``: validate fleetd.yaml and report every problem at once."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from fleetd.config import load_config
+from fleetd.errors import ConfigError
+
+
+@click.group()
+def config() -> None:
+    """Inspect and check configuration files."""
+
+
+@config.command("check")
+@click.argument("path", type=click.Path(path_type=Path))
+def check(path: Path) -> None:
+    """Validate PATH; exit 1 and list every problem as file:line:col: key: message."""
+    try:
+        load_config(path)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            click.echo(str(problem), err=True)
+        sys.exit(1)
+    click.echo(f"{path}: OK")

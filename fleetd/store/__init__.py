@@ -1,0 +1,1 @@
+"""Local storage: time series with rollups, the event log, alert state, outbox and run journal."""
