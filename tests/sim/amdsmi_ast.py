@@ -135,9 +135,12 @@ def real_params(func: ast.FunctionDef, api: RealApi) -> list[tuple[str, Any]]:
 
 
 def _default(node: ast.expr, api: RealApi) -> Any:
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-        if node.value.id in api.enums:
-            return (node.value.id, node.attr)
+    if (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id in api.enums
+    ):
+        return (node.value.id, node.attr)
     return eval(compile(ast.Expression(node), "<default>", "eval"), {"__builtins__": {}}, {})
 
 
