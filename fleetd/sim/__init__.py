@@ -13,6 +13,8 @@ Public API::
     node.reset_count()                                  # hive resets so far
     runner = ScenarioRunner(node, load_scenario("demo"), start=clock.now())
     runner.advance()                                    # apply every step due by clock.now()
+    node, runner = start_scenario("demo", clock)        # the scenario's own model and seed
+    scenario_names()                                    # shipped scenarios
 
 The model never reads real time: it advances to ``clock.now()`` on every call. Faults are
 listed in ``FAULT_NAMES`` (parameters in fleetd.sim.faults). ``RawLibrary`` (fleetd.sim.raw)
@@ -24,6 +26,14 @@ from fleetd.sim.faults import FAULT_NAMES, FAULT_PARAMS
 from fleetd.sim.hardware import SPECS, GpuSpec
 from fleetd.sim.model import KilledProcess, ResetRecord, SimNode, build_node
 from fleetd.sim.raw import RawLibrary, SmiStatusError
+from fleetd.sim.scenario import (
+    Scenario,
+    ScenarioRunner,
+    load_scenario,
+    parse_scenario,
+    scenario_names,
+    start_scenario,
+)
 
 __all__ = [
     "FAULT_NAMES",
@@ -33,8 +43,14 @@ __all__ = [
     "KilledProcess",
     "RawLibrary",
     "ResetRecord",
+    "Scenario",
+    "ScenarioRunner",
     "SimNode",
     "SimulatedAmdSmi",
     "SmiStatusError",
     "build_node",
+    "load_scenario",
+    "parse_scenario",
+    "scenario_names",
+    "start_scenario",
 ]

@@ -218,7 +218,10 @@ class SimNode:
         return self._now
 
     def sync(self, now: float | None = None) -> float:
-        """Advance every GPU to ``now`` (default: the clock's now); returns the model time."""
+        """Advance every GPU to ``now`` (default: the clock's now); returns the model time.
+
+        The model never goes back: a time earlier than the model's own is ignored.
+        """
         with self.lock:
             target = self.clock.now() if now is None else now
             if target > self._now:
@@ -441,12 +444,16 @@ class SimNode:
         return w.AMDSMI_STATUS_SUCCESS
 
     # ------------------------------------------------------------------ load
-    def set_load(self, gpu: int | None, level: float) -> None:
-        """Set the workload level (0..1) of one GPU, or of all when ``gpu`` is None."""
+    def set_load(self, gpu: int | None, level: float, *, at: float | None = None) -> None:
+        """Set the workload level (0..1) of one GPU, or of all when ``gpu`` is None.
+
+        ``at`` (every mutator takes it) is the model time of the change, default the clock's
+        now; scenario steps pass their own time so they land exactly when they are due.
+        """
         if not 0.0 <= level <= 1.0:
             raise ValueError("load is a fraction between 0 and 1")
         with self.lock:
-            self.sync()
+            self.sync(at)
             for g in self._select(gpu):
                 g.load = level
 
@@ -458,11 +465,23 @@ class SimNode:
         return [self.gpus[gpu]]
 
     # ------------------------------------------------------------------ faults
-    def inject(self, gpu: int, kind: str, *, persistent: bool | None = None, **params: Any) -> int:
-        """Inject fault ``kind`` (see faults.FAULT_NAMES) on ``gpu``; returns its id."""
+    def inject(
+        self,
+        gpu: int,
+        kind: str,
+        *,
+        persistent: bool | None = None,
+        at: float | None = None,
+        **params: Any,
+    ) -> int:
+        """Inject fault ``kind`` (see faults.FAULT_NAMES) on ``gpu``; returns its id.
+
+        ``params`` are the fault's parameters (faults.FAULT_PARAMS[kind]); ``persistent``
+        decides whether it comes back after every reset (default: transient).
+        """
         parsed = parse_params(kind, params)
         with self.lock:
-            now = self.sync()
+            now = self.sync(at)
             self._select(gpu)
             fault = Fault(
                 id=self._next_fault_id,
@@ -497,20 +516,22 @@ class SimNode:
                     else w.AMDSMI_XGMI_STATUS_MULTIPLE_ERRORS
                 )
 
-    def clear(self, fault_id: int) -> bool:
+    def clear(self, fault_id: int, *, at: float | None = None) -> bool:
         """Clear one fault by id; False if it was not active."""
         with self.lock:
-            self.sync()
+            self.sync(at)
             for fault in self._faults:
                 if fault.id == fault_id:
                     self._drop(fault)
                     return True
             return False
 
-    def clear_faults(self, gpu: int | None = None, kind: str | None = None) -> int:
+    def clear_faults(
+        self, gpu: int | None = None, kind: str | None = None, *, at: float | None = None
+    ) -> int:
         """Clear every active fault matching ``gpu``/``kind``; returns how many."""
         with self.lock:
-            self.sync()
+            self.sync(at)
             doomed = [
                 f
                 for f in self._faults
@@ -560,12 +581,17 @@ class SimNode:
         name: str,
         vram_bytes: int,
         on_kill: Callable[[int], None] | None = None,
+        *,
+        at: float | None = None,
     ) -> None:
-        """Register a KFD process using ``vram_bytes`` on ``gpu`` (call again for more GPUs)."""
+        """Register a KFD process using ``vram_bytes`` on ``gpu`` (call again for more GPUs).
+
+        ``on_kill(pid)`` runs when a hive reset kills the process.
+        """
         if vram_bytes < 0:
             raise ValueError("vram_bytes cannot be negative")
         with self.lock:
-            self.sync()
+            self.sync(at)
             self._select(gpu)
             proc = self._processes.setdefault(pid, SimProcess(pid, name))
             proc.vram[gpu] = vram_bytes
@@ -573,10 +599,10 @@ class SimNode:
             if on_kill is not None and on_kill not in proc.on_kill:
                 proc.on_kill.append(on_kill)
 
-    def remove_process(self, pid: int) -> bool:
+    def remove_process(self, pid: int, *, at: float | None = None) -> bool:
         """Forget a process (it exited); False if unknown."""
         with self.lock:
-            self.sync()
+            self.sync(at)
             return self._processes.pop(pid, None) is not None
 
     def processes(self, gpu: int | None = None) -> list[SimProcess]:
@@ -598,7 +624,7 @@ class SimNode:
             return list(self._killed)
 
     # ------------------------------------------------------------------ reset
-    def reset_hive(self, gpu: int) -> ResetRecord:
+    def reset_hive(self, gpu: int, *, at: float | None = None) -> ResetRecord:
         """What amdsmi_reset_gpu does: reset the WHOLE hive ``gpu`` belongs to.
 
         Every KFD process on the hive is killed (kill callbacks run after the state change),
@@ -607,8 +633,8 @@ class SimNode:
         workloads died), and GPU_PRE_RESET/GPU_POST_RESET events go to every member.
         """
         with self.lock:
-            now = self.sync()
-            hive_id = self.gpus[gpu].hive_id
+            now = self.sync(at)
+            hive_id = self._select(gpu)[0].hive_id
             members = [g for g in self.gpus if g.hive_id == hive_id]
             indices = tuple(g.index for g in members)
             seq = len(self._resets) + 1
