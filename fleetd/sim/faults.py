@@ -109,9 +109,17 @@ class UnsupportedFields(StrictModel):
 
     fields: list[str] = Field(default_factory=list)
     calls: list[str] = Field(default_factory=list)
-    status: Literal["NOT_SUPPORTED", "NO_PERM", "BUSY", "IO", "FILE_ERROR", "UNEXPECTED_DATA"] = (
-        "NOT_SUPPORTED"
-    )
+    status: Literal[
+        "NOT_SUPPORTED",
+        "NO_PERM",
+        "BUSY",
+        "IO",
+        "FILE_ERROR",
+        "UNEXPECTED_DATA",
+        "RETRY",
+        "TIMEOUT",
+        "NO_DATA",
+    ] = "NOT_SUPPORTED"
     sentinel: Literal["type_max", "u16_max"] = "type_max"
 
     @field_validator("fields")
