@@ -25,13 +25,11 @@ def relax_integral(value: float, target: float, tau: float, dt: float) -> float:
 
 def time_above(value: float, target: float, tau: float, dt: float, threshold: float) -> float:
     """Seconds of ``dt`` a quantity relaxing from ``value`` spends at/above ``threshold``."""
-    above_start = value >= threshold
-    above_end = target >= threshold
-    if above_start and above_end:
+    if value >= threshold and target >= threshold:
         return dt
-    if not above_start and not above_end:
+    if value < threshold and target <= threshold:
         return 0.0
-    if not above_start:  # rising through the threshold
+    if value < threshold:  # rising through the threshold
         cross = tau * math.log((target - value) / (target - threshold))
         return max(0.0, dt - cross)
     cross = tau * math.log((value - target) / (threshold - target))  # falling through it

@@ -148,7 +148,7 @@ class Step(StrictModel):
             raise ValueError("'params' and 'persistent' belong to an 'inject' step")
         needs_gpu = action in ("inject", "remove_gpu", "return_gpu", "reset", "add_process")
         if needs_gpu and not isinstance(self.gpu, int):
-            raise ValueError(f"a '{action}' step needs a single 'gpu' index")
+            raise ValueError(f"a step that does '{action}' needs a single 'gpu' index")
         if action == "remove_process" and self.gpu is not None:
             raise ValueError("'remove_process' acts on a pid, not on a gpu")
         return self
@@ -216,22 +216,31 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
 def parse_scenario(text: str, filename: str, *, default_name: str = "") -> Scenario:
     """Validate scenario YAML; every problem (fault parameters too) is reported at once."""
     data, marks = load_yaml(text, filename)
-    scenario = validate(Scenario, data, marks, filename)
     problems: list[Problem] = []
-    for index, step in enumerate(scenario.steps):
-        if step.inject is None:
+    scenario: Scenario | None = None
+    try:
+        scenario = validate(Scenario, data, marks, filename)
+    except ConfigError as err:
+        problems.extend(err.problems)
+    steps = data.get("steps") if isinstance(data, dict) else None
+    for index, step in enumerate(steps if isinstance(steps, list) else []):
+        if not isinstance(step, dict) or step.get("inject") not in FAULT_PARAMS:
             continue
+        params = step.get("params", {})
+        if not isinstance(params, dict):
+            continue  # the Scenario model already said so
         try:
             validate(
-                FAULT_PARAMS[step.inject],
-                step.params,
+                FAULT_PARAMS[step["inject"]],
+                params,
                 marks,
                 filename,
                 base=("steps", index, "params"),
             )
         except ConfigError as err:
             problems.extend(err.problems)
-    if problems:
+    if problems or scenario is None:
+        problems.sort(key=lambda p: (p.line or 0, p.col or 0))
         raise ConfigError(problems)
     if not scenario.name and default_name:
         scenario = scenario.model_copy(update={"name": default_name})
