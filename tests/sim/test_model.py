@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from fleetd.clock import FakeClock
@@ -154,7 +154,7 @@ def test_readings_do_not_depend_on_how_often_they_are_read() -> None:
         assert coarse[key] == pytest.approx(fine[key], rel=1e-6), key
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, derandomize=True)
 @given(
     value=st.floats(20, 120),
     target=st.floats(20, 150),
@@ -165,6 +165,7 @@ def test_readings_do_not_depend_on_how_often_they_are_read() -> None:
 def test_closed_forms_match_numeric_integration(
     value: float, target: float, tau: float, dt: float, threshold: float
 ) -> None:
+    assume(abs(target - threshold) > 1e-3 and abs(value - threshold) > 1e-3)  # not asymptotes
     steps = 1500
     h = dt / steps
     above = 0.0
