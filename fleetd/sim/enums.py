@@ -10,7 +10,9 @@ Only members that exist in the real enum are offered (the conformance test check
 
 from __future__ import annotations
 
-from enum import IntEnum
+from enum import Enum, IntEnum
+
+from fleetd.sim import wrapper as w
 
 
 class MaxUIntegerTypes(IntEnum):
@@ -204,6 +206,23 @@ class AmdSmiEvtNotificationType(IntEnum):
     PROCESS_END = 13
 
 
+class AmdSmiCperNotifyType(Enum):
+    """A plain Enum in the real package too (values are the notify GUIDs' first 8 bytes)."""
+
+    CMC = w.AMDSMI_CPER_NOTIFY_TYPE_CMC
+    CPE = w.AMDSMI_CPER_NOTIFY_TYPE_CPE
+    MCE = w.AMDSMI_CPER_NOTIFY_TYPE_MCE
+    PCIE = w.AMDSMI_CPER_NOTIFY_TYPE_PCIE
+    INIT = w.AMDSMI_CPER_NOTIFY_TYPE_INIT
+    NMI = w.AMDSMI_CPER_NOTIFY_TYPE_NMI
+    BOOT = w.AMDSMI_CPER_NOTIFY_TYPE_BOOT
+    DMAr = w.AMDSMI_CPER_NOTIFY_TYPE_DMAR
+    SEA = w.AMDSMI_CPER_NOTIFY_TYPE_SEA
+    SEI = w.AMDSMI_CPER_NOTIFY_TYPE_SEI
+    PEI = w.AMDSMI_CPER_NOTIFY_TYPE_PEI
+    CXL_COMPONENT = w.AMDSMI_CPER_NOTIFY_TYPE_CXL_COMPONENT
+
+
 class AmdSmiVramType(IntEnum):
     UNKNOWN = 0
     HBM = 1
@@ -231,7 +250,7 @@ class AmdSmiVirtualizationMode(IntEnum):
     PASSTHROUGH = 4
 
 
-ENUM_CLASSES: tuple[type[IntEnum], ...] = (
+ENUM_CLASSES: tuple[type[Enum], ...] = (
     MaxUIntegerTypes,
     AmdSmiInitFlags,
     AmdSmiProcessorType,
@@ -247,5 +266,6 @@ ENUM_CLASSES: tuple[type[IntEnum], ...] = (
     AmdSmiEvtNotificationType,
     AmdSmiVramType,
     AmdSmiVirtualizationMode,
+    AmdSmiCperNotifyType,
 )
 """Every enum class the face offers (the conformance test walks this tuple)."""

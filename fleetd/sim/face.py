@@ -52,6 +52,13 @@ U8, U16, U32, U64 = (
 _BDF_LONG = re.compile(r"^([0-9a-fA-F]{4}):([0-9a-fA-F]{2}):([0-1][0-9a-fA-F])\.([0-7])$")
 _BDF_SHORT = re.compile(r"^([0-9a-fA-F]{2}):([0-1][0-9a-fA-F])\.([0-7])$")
 _SLOT_TYPES = {0: "PCIE", 1: "OAM", 2: "CEM", 3: "UNKNOWN"}
+_CPER_SEVERITIES = {
+    wrapper.AMDSMI_CPER_SEV_NON_FATAL_UNCORRECTED: "AMDSMI_CPER_SEV_NON_FATAL_UNCORRECTED",
+    wrapper.AMDSMI_CPER_SEV_FATAL: "AMDSMI_CPER_SEV_FATAL",
+    wrapper.AMDSMI_CPER_SEV_NON_FATAL_CORRECTED: "AMDSMI_CPER_SEV_NON_FATAL_CORRECTED",
+    wrapper.AMDSMI_CPER_SEV_NUM: "AMDSMI_CPER_SEV_NUM",
+    wrapper.AMDSMI_CPER_SEV_UNUSED: "AMDSMI_CPER_SEV_UNUSED",
+}
 _LINK_LETTERS = {
     wrapper.AMDSMI_XGMI_LINK_DOWN: "D",
     wrapper.AMDSMI_XGMI_LINK_UP: "U",
@@ -108,6 +115,18 @@ def _pages(pages: list[r.RetiredPage]) -> list[dict[str, Any]]:
         }
         for i, p in enumerate(pages)
     ]
+
+
+def _notify_name(guid: bytes) -> str:
+    """The notify GUID's first 8 bytes (little-endian) named by AmdSmiCperNotifyType."""
+    value = int.from_bytes(guid[:8], "little")
+    known = {m.value: m.name for m in enums.AmdSmiCperNotifyType}
+    return known.get(value, "Unknown")
+
+
+def _signed(data: bytes) -> list[int]:
+    """Bytes as ctypes.c_byte values (-128..127), as the real wrapper lists them."""
+    return [b - 256 if b > 127 else b for b in data]
 
 
 def _grid(rows: list[list[int]], limit: int, **kw: bool) -> list[list[Any]]:
@@ -219,6 +238,7 @@ class SimulatedAmdSmi:
     AmdSmiEvtNotificationType = enums.AmdSmiEvtNotificationType
     AmdSmiVramType = enums.AmdSmiVramType
     AmdSmiVirtualizationMode = enums.AmdSmiVirtualizationMode
+    AmdSmiCperNotifyType = enums.AmdSmiCperNotifyType
 
     AmdSmiException = exc.AmdSmiException
     AmdSmiLibraryException = exc.AmdSmiLibraryException
@@ -499,6 +519,50 @@ class SimulatedAmdSmi:
         handle = _handle(processor_handle)
         return _pages(_invoke(self.lib.amdsmi_get_gpu_memory_reserved_pages, handle))
 
+    def amdsmi_get_gpu_cper_entries(
+        self,
+        processor_handle: Any,
+        severity_mask: Any,
+        buffer_size: Any = 4 * 1048576,
+        cursor: Any = 0,
+    ) -> tuple[dict[int, dict[str, Any]], int, list[dict[str, Any]], int]:
+        handle = _handle(processor_handle)
+        mask = ctypes.c_uint32(severity_mask).value
+        try:
+            records, next_cursor, status = self.lib.amdsmi_get_gpu_cper_entries(
+                handle, mask, int(buffer_size), ctypes.c_uint64(cursor).value
+            )
+        except SmiStatusError as err:  # this call never maps RETRY/TIMEOUT to subclasses
+            raise exc.AmdSmiLibraryException(err.status) from None
+        entries: dict[int, dict[str, Any]] = {}
+        cper_data: list[dict[str, Any]] = []
+        for i, record in enumerate(records):
+            h, t = record.header, record.header.timestamp
+            cper_data.append(
+                {"bytes": _signed(record.data[: h.record_length]), "size": h.record_length}
+            )
+            year = t.year + 2000 if t.year < 100 else t.year
+            severity = _CPER_SEVERITIES.get(h.error_severity, "AMDSMI_CPER_SEV_UNUSED")
+            entries[i] = {
+                "error_severity": severity.replace("AMDSMI_CPER_SEV_", "").lower(),
+                "notify_type": _notify_name(h.notify_type),
+                "timestamp": (
+                    f"{year:04d}/{t.month:02d}/{t.day:02d} "
+                    f"{t.hours:02d}:{t.minutes:02d}:{t.seconds:02d}"
+                ),
+                "signature": h.signature,
+                "revision": h.revision,
+                "signature_end": hex(h.signature_end),
+                "sec_cnt": h.sec_cnt,
+                "record_length": h.record_length,
+                "platform_id": h.platform_id,
+                "creator_id": h.creator_id,
+                "record_id": h.record_id,
+                "flags": h.flags,
+                "persistence_info": h.persistence_info,
+            }
+        return entries, next_cursor, cper_data, status
+
     # ------------------------------------------------------------------ PCIe
     def amdsmi_get_pcie_info(self, processor_handle: Any) -> dict[str, Any]:
         p = _invoke(self.lib.amdsmi_get_pcie_info, _handle(processor_handle))
@@ -565,6 +629,18 @@ class SimulatedAmdSmi:
             for link in m.links[:8]
         ]
         return {"num_links": m.num_links, "links": links}
+
+    def amdsmi_get_link_topology_nearest(
+        self, processor_handle: Any, link_type: Any
+    ) -> dict[str, Any]:
+        # like the real call: no type checks; the C layer takes the raw pointer and enum value
+        raw = (
+            processor_handle.value
+            if isinstance(processor_handle, ctypes.c_void_p)
+            else processor_handle
+        )
+        found = _invoke(self.lib.amdsmi_get_link_topology_nearest, int(raw or 0), int(link_type))
+        return {"processor_list": list(found)}
 
     def amdsmi_topo_get_link_type(
         self, processor_handle_src: Any, processor_handle_dst: Any

@@ -15,7 +15,6 @@ from pydantic import Field, field_validator
 
 from fleetd.configbase import StrictModel
 from fleetd.sim import wrapper as w
-from fleetd.sim.enums import AmdSmiGpuBlock
 from fleetd.sim.records import CALL_RECORDS, leaf_paths
 
 BlockName = Literal["UMC", "SDMA", "GFX", "MMHUB", "PCIE_BIF", "HDP", "XGMI_WAFL"]
@@ -214,6 +213,8 @@ GPU_FUNCTIONS: frozenset[str] = frozenset(
         "amdsmi_get_gpu_process_list",
         "amdsmi_reset_gpu",
         "amdsmi_init_gpu_event_notification",
+        "amdsmi_get_gpu_cper_entries",
+        "amdsmi_get_link_topology_nearest",
     }
 )
 """amdsmi functions that act on one GPU handle (what a hang or an unsupported call can hit)."""
@@ -244,8 +245,3 @@ def parse_params(kind: str, params: dict[str, Any]) -> StrictModel:
     except KeyError:
         raise ValueError(f"unknown fault {kind!r}; known: {', '.join(FAULT_NAMES)}") from None
     return model.model_validate(params)
-
-
-def block_value(name: str) -> int:
-    """``"UMC"`` → the AmdSmiGpuBlock bit."""
-    return int(AmdSmiGpuBlock[name])

@@ -119,6 +119,24 @@ class BadPage:
 
 
 @dataclass(frozen=True, slots=True)
+class CperEntry:
+    """One CPER record in a GPU's ring (``seq`` is its absolute index, for cursors)."""
+
+    seq: int
+    at: float
+    severity: int
+    notify: int
+    block: str
+    count: int
+
+
+CPER_RING = 1024
+"""Records a GPU keeps; older ones are overwritten (cursors keep counting)."""
+CES_PER_CPER = 100
+"""A correctable-error storm writes one CPER record per this many errors."""
+
+
+@dataclass(frozen=True, slots=True)
 class Throttle:
     """Which throttlers are active right now."""
 
@@ -162,6 +180,8 @@ class SimGpu:
         self.pcie = {k: 0.0 for k in ("replay", "l0", "rollover", "nak_sent", "nak_rcvd", "other")}
         self.xgmi_error = w.AMDSMI_XGMI_STATUS_NO_ERRORS
         self.bad_pages: list[BadPage] = []
+        self.cper: list[CperEntry] = []
+        self.cper_total = 0
         self.page_rng = random.Random(f"pages:{spec.model}:{seed}:{ident.index}")
         self.throttle_events = 0
         self.unavailable_until = float("-inf")
@@ -278,7 +298,19 @@ class SimNode:
         for fault in faults:
             params = fault.params
             if isinstance(params, EccCeStorm):
+                before = gpu.ecc[params.block][0]
                 gpu.ecc[params.block][0] += params.rate_per_s * dt
+                first = int(before // CES_PER_CPER) + 1
+                for k in range(first, int(gpu.ecc[params.block][0] // CES_PER_CPER) + 1):
+                    at = t0 + (k * CES_PER_CPER - before) / params.rate_per_s
+                    self._add_cper(
+                        gpu,
+                        w.AMDSMI_CPER_SEV_NON_FATAL_CORRECTED,
+                        w.AMDSMI_CPER_NOTIFY_TYPE_CMC,
+                        params.block,
+                        CES_PER_CPER,
+                        at,
+                    )
             elif isinstance(params, PcieReplayStorm):
                 gpu.pcie["replay"] += params.rate_per_s * dt
                 gpu.pcie["rollover"] += params.rate_per_s * dt / 256.0
@@ -354,6 +386,14 @@ class SimNode:
             if address not in used:
                 break
         gpu.bad_pages.append(BadPage(address, PAGE_SIZE, status))
+
+    def _add_cper(
+        self, gpu: SimGpu, severity: int, notify: int, block: str, count: int, at: float
+    ) -> None:
+        gpu.cper.append(CperEntry(gpu.cper_total, at, severity, notify, block, count))
+        gpu.cper_total += 1
+        if len(gpu.cper) > CPER_RING:
+            del gpu.cper[0]
 
     # ------------------------------------------------------------------ derived state
     def throttle_state(self, gpu: SimGpu) -> Throttle:
@@ -505,8 +545,24 @@ class SimNode:
             gpu.ecc[params.block][1] += params.count
             if params.retire_page and params.block == "UMC":
                 self._add_page(gpu, w.AMDSMI_MEM_PAGE_STATUS_PENDING)
+            self._add_cper(
+                gpu,
+                w.AMDSMI_CPER_SEV_FATAL,
+                w.AMDSMI_CPER_NOTIFY_TYPE_MCE,
+                params.block,
+                params.count,
+                self._now,
+            )
         elif isinstance(params, EccDeferred):
             gpu.ecc[params.block][2] += params.count
+            self._add_cper(
+                gpu,
+                w.AMDSMI_CPER_SEV_NON_FATAL_UNCORRECTED,
+                w.AMDSMI_CPER_NOTIFY_TYPE_MCE,
+                params.block,
+                params.count,
+                self._now,
+            )
         elif isinstance(params, XgmiLinkDown):
             peer = self.gpus[self.peers(fault.gpu)[params.link]]
             for g in (gpu, peer):

@@ -13,6 +13,8 @@ methods and copy the records into the real ctypes structures.
 from __future__ import annotations
 
 import math
+import struct
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,6 +33,7 @@ from fleetd.sim.model import (
     ENABLED_BLOCKS,
     ENERGY_RESOLUTION_UJ,
     FW_TICKS_PER_S,
+    CperEntry,
     SimGpu,
     SimNode,
 )
@@ -46,6 +49,9 @@ RAS_SCHEMA = 0b1110  # single-bit, double-bit, poison
 DEEP_SLEEP_MHZ = 140
 
 _CH_HOT, _CH_HBM, _CH_VR, _CH_EDGE, _CH_POWER, _CH_GFX, _CH_UMC = range(1, 8)
+CPER_HEADER = struct.Struct("<4sHIHIII8B16s16s16s16s8sIQ12s")  # 128 bytes, packed
+CPER_SECTION_BYTES = 72 + 96  # one section descriptor and its body
+CPER_MAX_ENTRIES = 20  # headers the Python wrapper asks for per call
 
 
 class SmiStatusError(Exception):
@@ -518,6 +524,74 @@ class RawLibrary:
         with self._call(processor_handle, "amdsmi_get_gpu_pci_replay_counter") as gpu:
             return int(gpu.pcie["replay"])
 
+    def amdsmi_get_gpu_cper_entries(
+        self,
+        processor_handle: int,
+        severity_mask: int,
+        buffer_size: int,
+        cursor: int,
+        max_entries: int = CPER_MAX_ENTRIES,
+    ) -> tuple[list[r.CperRecord], int, int]:
+        """(records from ``cursor`` matching ``severity_mask``, next cursor, status).
+
+        The status is SUCCESS, or MORE_DATA when matching records were left for the next
+        call (the entry limit or ``buffer_size`` was reached). Needs root.
+        """
+        with self._call(processor_handle, "amdsmi_get_gpu_cper_entries") as gpu:
+            if not self.node.root:
+                raise SmiStatusError(w.AMDSMI_STATUS_NO_PERM)
+            out: list[r.CperRecord] = []
+            used = 0
+            next_cursor = max(cursor, gpu.cper_total - len(gpu.cper))
+            status = w.AMDSMI_STATUS_SUCCESS
+            for entry in gpu.cper:
+                if entry.seq < next_cursor or not severity_mask & (1 << entry.severity):
+                    continue
+                record = self._cper_record(gpu, entry)
+                if len(out) == max_entries or used + len(record.data) > buffer_size:
+                    status = w.AMDSMI_STATUS_MORE_DATA
+                    break
+                out.append(record)
+                used += len(record.data)
+                next_cursor = entry.seq + 1
+            if status == w.AMDSMI_STATUS_SUCCESS:
+                next_cursor = max(next_cursor, gpu.cper_total)
+            return out, next_cursor, status
+
+    def _cper_record(self, gpu: SimGpu, entry: CperEntry) -> r.CperRecord:
+        stamp = time.gmtime(entry.at)
+        when = r.CperTimestamp(
+            stamp.tm_sec, stamp.tm_min, stamp.tm_hour, 0, stamp.tm_mday, stamp.tm_mon,
+            stamp.tm_year % 100, stamp.tm_year // 100,
+        )  # fmt: skip
+        header = r.CperHeader(
+            signature=b"CPER",
+            revision=0x0100,
+            signature_end=0xFFFFFFFF,
+            sec_cnt=1,
+            error_severity=entry.severity,
+            cper_valid_bits=0b011,  # platform id and timestamp are valid
+            record_length=CPER_HEADER.size + CPER_SECTION_BYTES,
+            timestamp=when,
+            platform_id=f"{gpu.spec.model}-OAM{gpu.ident.oam_id}".encode(),
+            partition_id=b"\0" * 16,
+            creator_id=b"amdgpu",
+            notify_type=struct.pack("<Q", entry.notify) + b"\0" * 8,
+            record_id=f"{entry.seq:08X}".encode(),
+            flags=0,
+            persistence_info=0,
+        )
+        head = CPER_HEADER.pack(
+            header.signature, header.revision, header.signature_end, header.sec_cnt,
+            header.error_severity, header.cper_valid_bits, header.record_length,
+            when.seconds, when.minutes, when.hours, when.flag, when.day, when.month,
+            when.year, when.century, header.platform_id, header.partition_id,
+            header.creator_id, header.notify_type, header.record_id, header.flags,
+            header.persistence_info, b"\0" * 12,
+        )  # fmt: skip
+        body = struct.pack("<16sI", entry.block.encode(), entry.count)
+        return r.CperRecord(header, head + body.ljust(CPER_SECTION_BYTES, b"\0"))
+
     # ------------------------------------------------------------------ XGMI, topology
     def amdsmi_get_xgmi_info(self, processor_handle: int) -> r.XgmiInfo:
         func = "amdsmi_get_xgmi_info"
@@ -566,6 +640,19 @@ class RawLibrary:
                 )
             self._finish(gpu, func, rec)
             return rec
+
+    def amdsmi_get_link_topology_nearest(self, processor_handle: int, link_type: int) -> list[int]:
+        """Handles (pointer values) of the nearest GPUs over ``link_type``: the hive for XGMI."""
+        with self._call(processor_handle, "amdsmi_get_link_topology_nearest") as gpu:
+            if link_type == w.AMDSMI_LINK_TYPE_XGMI:
+                return [
+                    self.node.gpus[p].ident.handle
+                    for p in self.node.peers(gpu.index)
+                    if self.node.present(p)
+                ]
+            if link_type == w.AMDSMI_LINK_TYPE_PCIE:
+                return []
+            raise SmiStatusError(w.AMDSMI_STATUS_INVAL)
 
     def _pair(self, src: int, dst: int, function: str) -> tuple[SimGpu, SimGpu]:
         peer = self.gpu_for_handle(dst)

@@ -522,3 +522,44 @@ CALL_RECORDS: dict[str, type] = {
 }
 """amdsmi function → the record it fills (keys of 'unsupported field' flags are
 ``<function>.<field path>`` into these)."""
+
+
+@dataclass(slots=True)
+class CperTimestamp:
+    seconds: int = _num("u8")
+    minutes: int = _num("u8")
+    hours: int = _num("u8")
+    flag: int = _num("u8")
+    day: int = _num("u8")
+    month: int = _num("u8")
+    year: int = _num("u8")  # two digits; the wrapper adds 2000 below 100
+    century: int = _num("u8")
+
+
+@dataclass(slots=True)
+class CperHeader:
+    """amdsmi_cper_hdr_t; byte fields hold what a ``c_char`` array reads back as."""
+
+    signature: bytes = field(default=b"CPER", metadata={"ctype": "char", "length": 4})
+    revision: int = _num("u16")
+    signature_end: int = _num("u32")
+    sec_cnt: int = _num("u16")
+    error_severity: int = _num("u32")
+    cper_valid_bits: int = _num("u32")
+    record_length: int = _num("u32")
+    timestamp: CperTimestamp = _sub(CperTimestamp)
+    platform_id: bytes = field(default=b"", metadata={"ctype": "char", "length": 16})
+    partition_id: bytes = field(default=b"\0" * 16, metadata={"ctype": "u8", "length": 16})
+    creator_id: bytes = field(default=b"", metadata={"ctype": "char", "length": 16})
+    notify_type: bytes = field(default=b"\0" * 16, metadata={"ctype": "u8", "length": 16})
+    record_id: bytes = field(default=b"", metadata={"ctype": "char", "length": 8})
+    flags: int = _num("u32")
+    persistence_info: int = _num("u64")
+
+
+@dataclass(slots=True)
+class CperRecord:
+    """One Common Platform Error Record: its header and its raw bytes (header included)."""
+
+    header: CperHeader = _sub(CperHeader)
+    data: bytes = b""

@@ -267,7 +267,7 @@ def _shape_of_expr(node: ast.expr, func: ast.FunctionDef, api: RealApi) -> Any:
     if isinstance(node, ast.ListComp) and isinstance(node.elt, ast.Dict):
         return ("list", _dict_shape(node.elt, func, api))
     if isinstance(node, ast.Name):
-        return _name_shape(node.id, func, api)
+        return name_shape(node.id, func, api)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
         helper = api.helpers.get(node.func.id)
         if helper is not None:
@@ -291,7 +291,7 @@ def _is_call(node: ast.expr) -> bool:
     return isinstance(node, ast.Call)
 
 
-def _name_shape(name: str, func: ast.FunctionDef, api: RealApi) -> Any:
+def name_shape(name: str, func: ast.FunctionDef, api: RealApi) -> Any:
     shape: Any = None
     appended: Any = None
     for node in ast.walk(func):

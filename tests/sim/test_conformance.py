@@ -20,6 +20,7 @@ from fleetd.sim.exceptions import ERROR_TEXT
 
 from .amdsmi_ast import (
     RealApi,
+    name_shape,
     expected_shape,
     find_package_dir,
     load_real_api,
@@ -97,6 +98,7 @@ def test_the_face_covers_the_calls_a_health_daemon_needs(face: SimulatedAmdSmi) 
         "amdsmi_get_gpu_metrics_info", "amdsmi_get_violation_status",
         "amdsmi_get_gpu_process_list", "amdsmi_get_gpu_compute_process_info",
         "amdsmi_get_gpu_compute_process_info_by_pid", "amdsmi_reset_gpu",
+        "amdsmi_get_gpu_cper_entries", "amdsmi_get_link_topology_nearest",
     }  # fmt: skip
     assert needed <= set(offered_functions(face))
 
@@ -146,6 +148,9 @@ def _calls(a: SimulatedAmdSmi, h: Any, peer: Any) -> dict[str, Any]:
         "amdsmi_get_gpu_xgmi_link_status": lambda: a.amdsmi_get_gpu_xgmi_link_status(h),
         "amdsmi_get_link_metrics": lambda: a.amdsmi_get_link_metrics(h),
         "amdsmi_topo_get_link_type": lambda: a.amdsmi_topo_get_link_type(h, peer),
+        "amdsmi_get_link_topology_nearest": (
+            lambda: a.amdsmi_get_link_topology_nearest(h, a.AmdSmiLinkType.AMDSMI_LINK_TYPE_XGMI)
+        ),
         "amdsmi_get_minmax_bandwidth_between_processors": (
             lambda: a.amdsmi_get_minmax_bandwidth_between_processors(h, peer)
         ),
@@ -198,6 +203,18 @@ def test_event_reader_items_have_the_real_keys(face: SimulatedAmdSmi, api: RealA
     face.amdsmi_reset_gpu(handles[5])
     assert shape_problems("read", reader.read(1000), expected) == []
     reader.stop()
+
+
+def test_cper_entries_have_the_real_shape(face: SimulatedAmdSmi, api: RealApi) -> None:
+    real = api.functions["amdsmi_get_gpu_cper_entries"]
+    entry_shape = name_shape("cper_entry", real, api)
+    data_shape = name_shape("cper_data", real, api)
+    assert entry_shape and data_shape
+    handle = face.amdsmi_get_processor_handles()[2]
+    entries, cursor, data, status = face.amdsmi_get_gpu_cper_entries(handle, 0b111)
+    assert status == 0 and cursor == 1 and list(entries) == [0]
+    assert shape_problems("cper entry", entries[0], entry_shape) == []
+    assert shape_problems("cper data", data, data_shape) == []
 
 
 # ---------------------------------------------------------------------------------- self-check

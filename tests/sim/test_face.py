@@ -202,3 +202,47 @@ def test_thermal_throttle_event_reaches_an_event_reader() -> None:
         assert ":" in events[0]["message"]
         with pytest.raises(a.AmdSmiLibraryException):
             reader.read(50)
+
+
+def test_cper_records_follow_ecc_faults_with_cursors_and_severity_filter() -> None:
+    clock, node, a = make()
+    h = a.amdsmi_get_processor_handles()[3]
+    assert a.amdsmi_get_gpu_cper_entries(h, 0b111) == ({}, 0, [], 0)
+    node.inject(3, "ecc_uncorrectable")
+    node.inject(3, "ecc_deferred", count=2)
+    node.inject(3, "ecc_ce_storm", rate_per_s=50)
+    clock.advance(50)  # 2500 CEs → 25 corrected records
+    entries, cursor, data, status = a.amdsmi_get_gpu_cper_entries(h, 0b111)
+    assert (len(entries), cursor, status) == (20, 20, a.amdsmi_wrapper.AMDSMI_STATUS_MORE_DATA)
+    assert entries[0]["error_severity"] == "fatal" and entries[0]["notify_type"] == "MCE"
+    assert entries[1]["error_severity"] == "non_fatal_uncorrected"
+    assert entries[2]["error_severity"] == "non_fatal_corrected"
+    assert entries[2]["notify_type"] == "CMC"
+    assert entries[0]["signature"] == b"CPER" and entries[0]["signature_end"] == "0xffffffff"
+    assert entries[0]["timestamp"] == "2026/01/01 00:00:00"
+    assert data[0]["size"] == entries[0]["record_length"] == len(data[0]["bytes"])
+    assert data[0]["bytes"][:4] == list(b"CPER") and min(data[0]["bytes"]) < 0  # c_byte
+    rest, cursor2, _, status2 = a.amdsmi_get_gpu_cper_entries(h, 0b111, cursor=cursor)
+    assert (len(rest), cursor2, status2) == (7, 27, 0)
+    fatal_only, _, _, _ = a.amdsmi_get_gpu_cper_entries(h, 1 << 1)
+    assert [e["error_severity"] for e in fatal_only.values()] == ["fatal"]
+    small, _, _, status3 = a.amdsmi_get_gpu_cper_entries(h, 0b111, buffer_size=700)
+    assert len(small) == 2 and status3 == a.amdsmi_wrapper.AMDSMI_STATUS_MORE_DATA
+
+
+def test_cper_needs_root() -> None:
+    _, node, a = make(root=False)
+    h = a.amdsmi_get_processor_handles()[0]
+    with pytest.raises(a.AmdSmiLibraryException) as err:
+        a.amdsmi_get_gpu_cper_entries(h, 0b111)
+    assert err.value.get_error_code() == a.amdsmi_wrapper.AMDSMI_STATUS_NO_PERM
+
+
+def test_link_topology_nearest_lists_the_hive_as_raw_pointers() -> None:
+    _, _, a = make()
+    h = a.amdsmi_get_processor_handles()
+    xgmi = a.AmdSmiLinkType.AMDSMI_LINK_TYPE_XGMI
+    nearest = a.amdsmi_get_link_topology_nearest(h[0], xgmi)["processor_list"]
+    assert nearest == [x.value for x in h[1:]] and all(type(p) is int for p in nearest)
+    wrapped = a.amdsmi_wrapper.amdsmi_processor_handle(nearest[0])
+    assert a.amdsmi_get_gpu_device_bdf(wrapped) == a.amdsmi_get_gpu_device_bdf(h[1])
