@@ -12,6 +12,7 @@ time anywhere is a hung call's optional duration (the backend's timeout is real 
 
 from __future__ import annotations
 
+import functools
 import random
 import struct
 import threading
@@ -461,7 +462,7 @@ class SimNode:
 
     def unsupported_fields(self, gpu_index: int) -> dict[str, int | None]:
         """``<function>.<path>`` → sentinel to leave there (None = the C type's maximum)."""
-        out = dict(default_unsupported_fields(self.spec))
+        out = dict(default_unsupported_fields(self.spec))  # a copy: the default is cached
         for fault in self.active_faults(gpu_index):
             if isinstance(fault.params, UnsupportedFields):
                 sentinel = 0xFFFF if fault.params.sentinel == "u16_max" else None
@@ -769,6 +770,7 @@ class SimNode:
             return self._event_seq
 
 
+@functools.cache
 def default_unsupported_fields(spec: GpuSpec) -> dict[str, int | None]:
     """Fields the MI3xx driver leaves empty (gpu_metrics v1.7/1.8 have no such entries)."""
     metrics = "amdsmi_get_gpu_metrics_info"
@@ -831,6 +833,7 @@ def default_unsupported_fields(spec: GpuSpec) -> dict[str, int | None]:
     return out
 
 
+@functools.cache
 def default_unsupported_calls(spec: GpuSpec) -> frozenset[str]:
     """Calls (with an enum argument) the MI3xx driver answers NOT_SUPPORTED."""
     temp = "amdsmi_get_temp_metric"

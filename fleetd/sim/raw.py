@@ -785,19 +785,16 @@ class RawLibrary:
         first.gfx_below_host_limit_thm_acc = [thm] * xcc + pad64
         first.gfx_low_utilization_acc = [max(0, int(gpu.acc_counter * 100) - busy)] * xcc + pad64
         first.gfx_below_host_limit_total_acc = [ppt + thm] * xcc + pad64
-        for xcp in m.xcp_stats[1:]:
-            for path in (
-                "gfx_busy_inst",
-                "jpeg_busy",
-                "vcn_busy",
-                "gfx_busy_acc",
-                "gfx_below_host_limit_acc",
-                "gfx_below_host_limit_ppt_acc",
-                "gfx_below_host_limit_thm_acc",
-                "gfx_low_utilization_acc",
-                "gfx_below_host_limit_total_acc",
-            ):
-                r.mask(xcp, path)
+        for xcp in m.xcp_stats[1:]:  # one partition (SPX): the others are empty
+            xcp.gfx_busy_inst = [u32] * 8
+            xcp.jpeg_busy = [u16] * 40
+            xcp.vcn_busy = [u16] * 4
+            xcp.gfx_busy_acc = [u64] * 8
+            xcp.gfx_below_host_limit_acc = [u64] * 8
+            xcp.gfx_below_host_limit_ppt_acc = [u64] * 8
+            xcp.gfx_below_host_limit_thm_acc = [u64] * 8
+            xcp.gfx_low_utilization_acc = [u64] * 8
+            xcp.gfx_below_host_limit_total_acc = [u64] * 8
         m.pcie_lc_perf_other_end_recovery = int(gpu.pcie["other"]) & u32
         m.vram_max_bandwidth = s.vram_max_bandwidth_gbs
         m.xgmi_link_status = [1 if node.link_up(idx, k) else 0 for k in range(len(peers))] + [

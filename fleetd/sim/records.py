@@ -14,6 +14,7 @@ the face exactly as the real wrapper decides it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -488,6 +489,7 @@ def mask(record: Any, path: str, sentinel: int | None = None) -> None:
         setattr(record, head, fill)
 
 
+@functools.cache
 def _field(kind: type, name: str) -> dataclasses.Field[Any]:
     for f in dataclasses.fields(kind):
         if f.name == name:

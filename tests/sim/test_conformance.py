@@ -20,10 +20,10 @@ from fleetd.sim.exceptions import ERROR_TEXT
 
 from .amdsmi_ast import (
     RealApi,
-    name_shape,
     expected_shape,
     find_package_dir,
     load_real_api,
+    name_shape,
     offered_functions,
     real_params,
     shape_problems,

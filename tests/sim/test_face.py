@@ -231,7 +231,7 @@ def test_cper_records_follow_ecc_faults_with_cursors_and_severity_filter() -> No
 
 
 def test_cper_needs_root() -> None:
-    _, node, a = make(root=False)
+    _, _, a = make(root=False)
     h = a.amdsmi_get_processor_handles()[0]
     with pytest.raises(a.AmdSmiLibraryException) as err:
         a.amdsmi_get_gpu_cper_entries(h, 0b111)
