@@ -469,7 +469,8 @@ def mask(record: Any, path: str, sentinel: int | None = None) -> None:
     structures (``xcp_stats.gfx_busy_inst``) masks that field in every element.
     """
     head, _, rest = path.partition(".")
-    f = _field(type(record), head)
+    kind: type = type(record)
+    f = _field(kind, head)
     value = getattr(record, head)
     if rest:
         targets = value if isinstance(value, list) else [value]
