@@ -82,13 +82,15 @@ class RawLibrary:
 
     # ------------------------------------------------------------------ lifecycle, discovery
     def amdsmi_init(self, init_flags: int) -> None:
-        self._init_count += 1
+        with self.node.lock:
+            self._init_count += 1
 
     def amdsmi_shut_down(self) -> None:
-        if self._init_count > 0:
-            self._init_count -= 1
-        if self._init_count == 0:
-            self._listeners.clear()
+        with self.node.lock:
+            if self._init_count > 0:
+                self._init_count -= 1
+            if self._init_count == 0:
+                self._listeners.clear()
 
     def _require_init(self) -> None:
         if self._init_count == 0:
@@ -927,14 +929,16 @@ class RawLibrary:
 
     def amdsmi_set_gpu_event_notification_mask(self, processor_handle: int, mask: int) -> None:
         gpu = self.gpu_for_handle(processor_handle)
-        reg = self._listeners.get(gpu.index)
-        if reg is None:
-            raise SmiStatusError(w.AMDSMI_STATUS_INVAL)
-        reg.mask = mask
+        with self.node.lock:
+            reg = self._listeners.get(gpu.index)
+            if reg is None:
+                raise SmiStatusError(w.AMDSMI_STATUS_INVAL)
+            reg.mask = mask
 
     def amdsmi_stop_gpu_event_notification(self, processor_handle: int) -> None:
         gpu = self.gpu_for_handle(processor_handle)
-        self._listeners.pop(gpu.index, None)
+        with self.node.lock:
+            self._listeners.pop(gpu.index, None)
 
     def amdsmi_get_gpu_event_notification(
         self, timeout_ms: int, max_events: int
