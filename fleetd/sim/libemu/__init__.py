@@ -22,7 +22,7 @@ Nothing here is imported by the daemon; it is test support (and a demo aid).
 from fleetd.sim.libemu.build import CompilerMissing, build_library, find_compiler
 from fleetd.sim.libemu.generate import GenerationError, find_wrapper, read_wrapper, render_c
 from fleetd.sim.libemu.library import EmulatedLibrary, EmulationError, Provider, bound_library
-from fleetd.sim.libemu.provider import SimProvider, fill
+from fleetd.sim.libemu.provider import SimProvider, decode_argument, fill
 
 __all__ = [
     "CompilerMissing",
@@ -33,6 +33,7 @@ __all__ = [
     "SimProvider",
     "bound_library",
     "build_library",
+    "decode_argument",
     "fill",
     "find_compiler",
     "find_wrapper",

@@ -84,7 +84,7 @@ class SimProvider:
             self._argtypes[symbol] = argtypes
         if len(argtypes) != len(raw):
             raise SmiStatusError(w.AMDSMI_STATUS_INVAL)
-        return [_decode(kind, value) for kind, value in zip(argtypes, raw, strict=True)]
+        return [decode_argument(kind, value) for kind, value in zip(argtypes, raw, strict=True)]
 
     # ------------------------------------------------------------------ lifecycle, discovery
     def amdsmi_init(self, flags: int) -> None:
@@ -326,7 +326,7 @@ class SimProvider:
 
 
 # ---------------------------------------------------------------------------------- decoding
-def _decode(kind: Any, raw: int) -> Any:
+def decode_argument(kind: Any, raw: int) -> Any:
     """One raw uint64 argument as the C function received it, typed by its ctypes argtype."""
     if kind is ctypes.c_void_p:
         return raw
