@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from fleetd import __version__
 from fleetd.collect.catalog import CATALOG, MetricSpec
 from fleetd.logs import get_logger
-from fleetd.model import Labels, Reading, Snapshot
+from fleetd.model import Reading, Snapshot
 
 log = get_logger("collect.exporter")
 
@@ -56,8 +56,8 @@ def render_readings(
 ) -> list[Metric]:
     """Metric families for the non-missing readings, in catalog order.
 
-    Label names follow the catalog's order (``gpu``, ``uuid``, then the metric's own);
-    a reading of a metric outside the catalog is dropped and logged, never exported.
+    A reading of a metric outside the catalog, or with labels its family does not have,
+    is dropped and logged, never exported.
     """
     grouped: dict[str, list[Reading]] = {}
     for reading in readings:
@@ -68,31 +68,20 @@ def render_readings(
         group = grouped.pop(name, None)
         if not group:
             continue
-        layouts: dict[tuple[str, ...], tuple[int, ...]] = {}
-        names = _label_order(spec, group[0].labels)
+        names = tuple(k for k, _ in group[0].labels)  # Labels are sorted by name
         family = _family(spec, names)
         for reading in group:
-            keys = tuple(k for k, _ in reading.labels)
-            order = layouts.get(keys)
-            if order is None:
-                if set(keys) != set(names):
-                    log.warning("reading_labels_mismatch", metric=name, labels=list(keys))
-                    continue
-                order = tuple(keys.index(n) for n in names)
-                layouts[keys] = order
-            values = [reading.labels[i][1] for i in order]
-            family.add_metric(values, reading.value)  # type: ignore[arg-type]
+            labels = reading.labels
+            if len(labels) != len(names) or any(
+                k != n for (k, _), n in zip(labels, names, strict=True)
+            ):
+                log.warning("reading_labels_mismatch", metric=name, labels=[k for k, _ in labels])
+                continue
+            family.add_metric([v for _, v in labels], reading.value)  # type: ignore[arg-type]
         families.append(family)
     for name in grouped:
         log.warning("metric_not_in_catalog", metric=name)
     return families
-
-
-def _label_order(spec: MetricSpec, labels: Labels) -> list[str]:
-    present = {k for k, _ in labels}
-    ordered = [n for n in spec.labels if n in present]
-    ordered += sorted(present.difference(ordered))
-    return ordered
 
 
 def _go_float(value: float) -> str:
