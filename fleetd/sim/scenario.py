@@ -381,11 +381,17 @@ def _describe(step: Step) -> str:
 
 
 def start_scenario(
-    name_or_path: str | Path, clock: Clock, *, seed: int | None = None
+    name_or_path: str | Path,
+    clock: Clock,
+    *,
+    seed: int | None = None,
+    model: str | None = None,
 ) -> tuple[SimNode, ScenarioRunner]:
-    """Build the scenario's node (its model and seed) and a runner starting now."""
+    """Build the scenario's node (its model and seed unless overridden) and a runner from now."""
     scenario = load_scenario(name_or_path)
-    node = build_node(scenario.model, seed=scenario.seed if seed is None else seed, clock=clock)
+    node = build_node(
+        model or scenario.model, seed=scenario.seed if seed is None else seed, clock=clock
+    )
     return node, ScenarioRunner(node, scenario, start=clock.now())
 
 
