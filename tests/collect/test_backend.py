@@ -79,7 +79,9 @@ def test_reset_then_rediscover_clears_counters_and_keeps_indices(rig):
 def test_reset_without_root_raises_a_clear_error(clock: FakeClock):
     rig = make_rig(clock, root=False)
     try:
-        with pytest.raises(BackendError, match=r"reset of GPU 2 \(0000:[0-9a-f:.]+\) failed: no_perm"):
+        with pytest.raises(
+            BackendError, match=r"reset of GPU 2 \(0000:[0-9a-f:.]+\) failed: no_perm"
+        ):
             rig.backend.reset_gpu(2)
         assert rig.node.reset_count() == 0
     finally:
@@ -105,7 +107,9 @@ def test_processes_and_compute_processes(rig):
 
 
 def test_processes_failure_raises(rig):
-    rig.node.inject(2, "unsupported_fields", calls=["amdsmi_get_gpu_process_list"], status="NO_PERM")
+    rig.node.inject(
+        2, "unsupported_fields", calls=["amdsmi_get_gpu_process_list"], status="NO_PERM"
+    )
     with pytest.raises(BackendError, match="cannot list processes on GPU 2.*no_perm"):
         rig.backend.processes(2)
 

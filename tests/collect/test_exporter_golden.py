@@ -130,4 +130,6 @@ def test_promtool_check_metrics_passes(metrics_text: str) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.strip() == "" and result.stderr.strip() == "", result.stdout + result.stderr
+    assert result.stdout.strip() == "" and result.stderr.strip() == "", (
+        result.stdout + result.stderr
+    )
