@@ -133,3 +133,23 @@ def test_promtool_check_metrics_passes(metrics_text: str) -> None:
     assert result.stdout.strip() == "" and result.stderr.strip() == "", (
         result.stdout + result.stderr
     )
+
+
+def test_fast_render_is_byte_identical_to_generate_latest() -> None:
+    clock = FakeClock(START)
+    rig = make_rig(clock, seed=7, load=0.6)
+    try:
+        registry = CollectorRegistry()
+        exporter = FleetdExporter(registry)
+        for _ in range(2):
+            clock.advance(5.0)
+            exporter.update(rig.poller.poll(clock.now()))
+            now = clock.now()
+            exporter.update_vllm(
+                worker_readings(WORKERS[0], True, VllmValues(1, 2, 0.3, 40.0), None, now)
+            )
+            fast = exporter.render()
+            standard = generate_latest(registry)
+            assert normalise(fast.decode()) == normalise(standard.decode())
+    finally:
+        rig.close()
