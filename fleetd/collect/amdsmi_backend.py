@@ -331,8 +331,9 @@ class AmdSmiBackend:
     never silently dropped; its index is kept for when it comes back.
     """
 
-    def __init__(self, amdsmi_module: ModuleType) -> None:
-        self.amdsmi = amdsmi_module
+    def __init__(self, amdsmi_module: Any) -> None:
+        """``amdsmi_module``: the real module (``load_amdsmi()``) or fleetd.sim.SimulatedAmdSmi."""
+        self.amdsmi: Any = amdsmi_module
         self._exc_base: type[BaseException] = getattr(amdsmi_module, "AmdSmiException", Exception)
         self._enums: dict[tuple[str, str], Any] = {}
         self._lock = threading.RLock()
