@@ -171,6 +171,7 @@ class OutboxEntry:
     kind: str
     action: str
     group_key: str
+    dedup_id: str | None
     payload: str
     status: str
     created_at: float
