@@ -16,7 +16,7 @@ and the outcome after it:
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
@@ -34,8 +34,8 @@ from fleetd.logs import get_logger
 from fleetd.store.outbox import OutboxEntry, OutboxStore
 
 MAX_PER_TICK = 50  # entries one integration may send in one tick, rate limit permitting
-
-log = get_logger("alert.delivery")
+_NOW = float("-inf")
+_NEVER = float("inf")
 
 
 class Outcome(Enum):
@@ -92,6 +92,18 @@ class Delivery:
         self._config = config
         self._rng = rng
         self._stats_for = stats_for
+        self._log = get_logger("alert.delivery")  # after logging is configured, not at import
+        # integration id → the earliest time its queue is worth reading again; an idle tick
+        # then costs no query. Missing means "look now" (so a restart looks everywhere).
+        self._wake: dict[str, float] = {}
+
+    def queued(self, integration_ids: Iterable[str]) -> None:
+        """Entries were committed for these integrations: look at their queues again."""
+        for integration_id in integration_ids:
+            self._wake[integration_id] = _NOW
+
+    def _later(self, integration_id: str, when: float) -> None:
+        self._wake[integration_id] = min(self._wake.get(integration_id, _NEVER), when)
 
     def run(
         self, integrations: Sequence[Integration], now: float, hooks: DeliveryHooks
@@ -104,15 +116,23 @@ class Delivery:
     def _run_one(
         self, integration: Integration, now: float, hooks: DeliveryHooks, report: DeliveryReport
     ) -> None:
+        key = integration.id
+        if self._wake.get(key, _NOW) > now:
+            return
+        self._wake[key] = _NEVER  # until we learn otherwise (or something is queued)
         limit = MAX_PER_TICK
         if integration.limiter is not None:
             limit = min(limit, integration.limiter.available(now))
             if limit <= 0:
+                self._later(key, _NOW)
                 return
-        for entry in self._store.pending(integration.id, limit):
+        entries = self._store.pending(key, limit)
+        for entry in entries:
             if entry.due_at > now:
+                self._later(key, entry.due_at)
                 return
             if integration.limiter is not None and not integration.limiter.take(now):
+                self._later(key, _NOW)
                 return
             outcome = self._attempt(integration, entry, now, hooks)
             if outcome is Outcome.DELIVERED:
@@ -121,7 +141,10 @@ class Delivery:
                 report.failed += 1
             else:
                 report.retried += 1
-                return  # the head waits; later entries wait behind it
+                self._later(key, _NOW)  # the head waits; later entries wait behind it
+                return
+        if len(entries) == limit:
+            self._later(key, _NOW)
 
     def _attempt(
         self, integration: Integration, entry: OutboxEntry, now: float, hooks: DeliveryHooks
@@ -129,7 +152,7 @@ class Delivery:
         stats = self._stats_for(integration)
         notification = hooks.prepare(integration, Notification.from_json(entry.payload))
         if entry.sending_since is not None:
-            log.warning(
+            self._log.warning(
                 "notify_resumed_interrupted_send",
                 receiver=integration.receiver,
                 integration=integration.name,
@@ -151,7 +174,7 @@ class Delivery:
         stats.logged_error = None
         if stats.rejecting:
             stats.rejecting = False
-            log.info(
+            self._log.info(
                 "notify_recovered", receiver=integration.receiver, integration=integration.name
             )
             hooks.recovered(integration, now)
@@ -182,7 +205,7 @@ class Delivery:
         self._store.mark_failed(entry.id, now, error, code)
         stats.failed += 1
         if exc.retryable:  # gave up
-            log.error(
+            self._log.error(
                 "notify_gave_up",
                 receiver=integration.receiver,
                 integration=integration.name,
@@ -217,11 +240,12 @@ class Delivery:
         **fields: object,
     ) -> None:
         """Log a failure when its text changes; repeats of the same failure go to debug."""
-        emit = (
-            log.debug
-            if stats.logged_error == error
-            else (log.error if event == "notify_rejected" else log.warning)
-        )
+        if stats.logged_error == error:
+            emit = self._log.debug
+        elif event == "notify_rejected":
+            emit = self._log.error
+        else:
+            emit = self._log.warning
         stats.logged_error = error
         emit(
             event,

@@ -52,8 +52,6 @@ from fleetd.store.silences import Acknowledgement, Silence, SilenceState, Silenc
 SELF_ALERT = "FleetdNotificationsRejected"
 HOUSEKEEPING_EVERY = 60.0
 
-log = get_logger("alert.dispatch")
-
 
 @dataclass(frozen=True, slots=True)
 class TickReport:
@@ -102,6 +100,7 @@ class Dispatcher:
         self._inbox: list[AlertRecord] = []
         self._stats: dict[str, IntegrationStats] = {}
         self._last_housekeeping = float("-inf")
+        self._log = get_logger("alert.dispatch")
         self._configure(config)
         self._restore(now)
 
@@ -131,7 +130,7 @@ class Dispatcher:
         self._silences: list[Silence] = self._silence_store.not_expired(now)
         self._regroup(now)
         if self._alerts:
-            log.info("alerts_restored", alerts=len(self._alerts), groups=len(self._groups))
+            self._log.info("alerts_restored", alerts=len(self._alerts), groups=len(self._groups))
 
     def _regroup(self, now: float) -> None:
         """Place every known alert in its groups; timers resume from the notification logs."""
@@ -230,7 +229,9 @@ class Dispatcher:
                 )
             )
         with self._db.begin() as conn:
-            return self._store.enqueue(conn, entries, now)
+            queued = self._store.enqueue(conn, entries, now)
+        self._delivery.queued(e.integration for e in entries)
+        return queued
 
     # --------------------------------------------------------------------------------- tick
     def tick(self, now: float) -> TickReport:
@@ -250,7 +251,7 @@ class Dispatcher:
         with self._inbox_lock:
             records, self._inbox = self._inbox, []
         orphans = self._ingest(records)
-        self._silences = self._silence_store.not_expired(now)
+        self._silences = [s for s in self._silences if s.state(now) != "expired"]
         ctx = planning.Context(self._node, self._config.external_url, now, self._acknowledged())
         due = self._groups.due(now)
         plan = planning.Plan()
@@ -287,6 +288,7 @@ class Dispatcher:
             self._restore(now)
             raise
         self._apply(plan, sync_drops, gone, logs_gone)
+        self._delivery.queued(e.integration for e in [*plan.entries, *sync_entries])
         return len(due), queued + len(sync_entries)
 
     def _ingest(self, records: list[AlertRecord]) -> list[str]:
@@ -438,7 +440,7 @@ class Dispatcher:
         try:
             self._record([record], now)
         except Exception as exc:  # the delivery loop must go on
-            log.error("self_alert_not_recorded", error=type(exc).__name__)
+            self._log.error("self_alert_not_recorded", error=type(exc).__name__)
 
     # ---------------------------------------------------------------------------- silences
     def create_silence(
@@ -461,7 +463,11 @@ class Dispatcher:
             comment=comment,
             now=now,
         )
-        log.info("silence_created", id=silence.id, created_by=created_by, ends_at=iso8601(ends_at))
+        with self._lock:
+            self._silences.append(silence)
+        self._log.info(
+            "silence_created", id=silence.id, created_by=created_by, ends_at=iso8601(ends_at)
+        )
         return silence
 
     def list_silences(self, now: float, state: SilenceState | None = None) -> list[Silence]:
@@ -473,7 +479,9 @@ class Dispatcher:
     def expire_silence(self, silence_id: str, now: float) -> Silence:
         """End a silence now; KeyError if there is no such silence."""
         silence = self._silence_store.expire(silence_id, now)
-        log.info("silence_expired", id=silence_id)
+        with self._lock:
+            self._silences = [s for s in self._silences if s.id != silence_id]
+        self._log.info("silence_expired", id=silence_id)
         return silence
 
     # ----------------------------------------------------------------------- acknowledgement
@@ -521,7 +529,8 @@ class Dispatcher:
                 )
             with self._db.begin() as conn:
                 self._store.enqueue(conn, entries, now)
-        log.info("alert_acknowledged", fingerprint=fingerprint, author=author)
+            self._delivery.queued(e.integration for e in entries)
+        self._log.info("alert_acknowledged", fingerprint=fingerprint, author=author)
         return ack
 
     def acknowledgements(self) -> list[Acknowledgement]:
@@ -533,7 +542,7 @@ class Dispatcher:
         """Every alert the dispatcher holds, with why it is muted (for the API)."""
         with self._lock:
             inhibitions = Inhibitions(self._inhibit_rules, self._alerts.values())
-            silences = self._silence_store.not_expired(now)
+            silences = list(self._silences)
             acked = self._acknowledged()
             out: list[dict[str, object]] = []
             for alert in sorted(self._alerts.values(), key=lambda a: (a.starts_at, a.fingerprint)):
@@ -639,6 +648,7 @@ class _Hooks:
                 update.to_json(),
             )
             d._store.enqueue(conn, [entry], now)
+            d._delivery.queued([integration.id])
 
     def rejected(self, integration: Integration, error: str, now: float) -> None:
         self._d._self_alert(integration, error, now)
