@@ -1,5 +1,8 @@
 """The console receiver: one line per alert as it fires or resolves (the demo prints these).
 
+It works alert by alert (like PagerDuty), not group by group: a line says what changed, and
+an alert already printed is not printed again when its group changes.
+
 Writes to the stream it is given (stdout in the demo; under systemd that is the journal).
 A line is ``<time> FIRING|RESOLVED <severity> <alertname> <labels> value=<v>: <summary>``,
 or one JSON object per line with ``format: json``.
@@ -36,7 +39,7 @@ class ConsoleNotifier:
     """Prints notifications; a closed or broken stream is a retryable failure."""
 
     kind: ClassVar[str] = "console"
-    mode: ClassVar[DeliveryMode] = "group"
+    mode: ClassVar[DeliveryMode] = "alert"
     threads = False
 
     def __init__(self, config: ConsoleConfig, stream: TextIO) -> None:

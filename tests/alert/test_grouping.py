@@ -1,16 +1,24 @@
 """Grouping and its timers on a fake clock: group_wait, group_interval, repeat_interval,
-send_resolved, and that nothing is notified twice."""
+send_resolved, and that nothing is notified twice.
+
+The receiver has a webhook (one message per group, the notifications counted here) and a
+console (one line per alert that fired or resolved).
+"""
 
 from __future__ import annotations
 
 import json
+from typing import Any
+
+import pytest
+from pytest_httpserver import HTTPServer
 
 from fleetd.alert.notification import Notification
 from fleetd.store.outbox import OutboxStore
-from tests.alert.support import Harness, config, fire, resolve
+from tests.alert.support import Harness, Recorder, config, fire, resolve
 
-CONSOLE = {
-    "receivers": [{"name": "ops", "console": [{}]}],
+CONSOLE: dict[str, Any] = {
+    "receivers": [{"name": "ops", "console": [{}], "webhook": [{"url": "http://127.0.0.1:1/"}]}],
     "route": {
         "receiver": "ops",
         "group_by": ["alertname"],
@@ -22,8 +30,18 @@ CONSOLE = {
 }
 
 
+@pytest.fixture(autouse=True)
+def webhook(httpserver: HTTPServer) -> Recorder:
+    recorder = Recorder((200, "", {}))
+    httpserver.expect_request("/hook").respond_with_handler(recorder)
+    CONSOLE["receivers"][0]["webhook"] = [{"url": httpserver.url_for("/hook")}]
+    return recorder
+
+
 def notifications(h: Harness) -> list[Notification]:
-    return [Notification.from_json(e.payload) for e in OutboxStore(h.db).entries()]
+    """The group notifications (the webhook's outbox entries)."""
+    entries = OutboxStore(h.db).entries()
+    return [Notification.from_json(e.payload) for e in entries if e.kind == "webhook"]
 
 
 class TestGroupWait:
@@ -124,6 +142,7 @@ class TestSendResolved:
     def test_without_send_resolved_no_resolve_goes_out(self, harness: Harness) -> None:
         cfg = json.loads(json.dumps(CONSOLE))
         cfg["receivers"][0]["console"] = [{"send_resolved": False}]
+        cfg["receivers"][0]["webhook"][0]["send_resolved"] = False
         d = harness.dispatcher(config(cfg))
         t0 = harness.clock.now()
         d.submit([fire("GpuHot", at=t0)], t0)
