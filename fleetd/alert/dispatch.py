@@ -103,6 +103,7 @@ class Dispatcher:
         self._log = get_logger("alert.dispatch")
         self._configure(config)
         self._restore(now)
+        self._fail_orphaned(now)
 
     # ------------------------------------------------------------------------ configuration
     def _configure(self, config: AlertingConfig) -> None:
@@ -117,10 +118,42 @@ class Dispatcher:
         self._delivery = Delivery(self._store, config.delivery, self._rng, self._stats_for)
 
     def reload(self, config: AlertingConfig, now: float) -> None:
-        """Apply a new ``alerting`` section; alerts, logs, counters and the outbox carry over."""
-        with self._lock:
+        """Apply a new ``alerting`` section; alerts, logs, counters and the outbox carry over.
+
+        Waits for a running tick to finish. Pending notifications of integrations that no
+        longer exist are marked failed (they have nowhere to go) and logged.
+        """
+        with self._tick_lock, self._lock:
+            rejecting = {i for i, stats in self._stats.items() if stats.rejecting}
             self._configure(config)
             self._regroup(now)
+            self._fail_orphaned(now)
+            self._forget_rejected(rejecting & set(self._by_id), now)
+
+    def _forget_rejected(self, integration_ids: set[str], now: float) -> None:
+        """A receiver that rejected notifications may have been fixed by this reload: forget
+        what it was (not) told, so the next flush tells it the current state."""
+        if not integration_ids:
+            return
+        with self._db.begin() as conn:
+            for integration_id in sorted(integration_ids):
+                self._store.forget_integration(conn, integration_id)
+        for key in [k for k in self._group_log if k[0] in integration_ids]:
+            del self._group_log[key]
+        for key in [k for k in self._alert_log if k[0] in integration_ids]:
+            del self._alert_log[key]
+        receivers = {self._by_id[i].receiver for i in integration_ids}
+        for group in self._groups.by_key.values():
+            if group.route.receiver in receivers:
+                group.next_flush = min(group.next_flush, now)
+        self._log.info("notify_logs_reset", integrations=sorted(integration_ids))
+
+    def _fail_orphaned(self, now: float) -> None:
+        dropped = self._store.fail_unknown(set(self._by_id), now)
+        for integration_id, count in sorted(dropped.items()):
+            self._log.warning(
+                "outbox_integration_removed", integration=integration_id, dropped=count
+            )
 
     def _restore(self, now: float) -> None:
         self._alerts: dict[str, AlertRecord] = {a.fingerprint: a for a in self._store.load_alerts()}
@@ -294,10 +327,12 @@ class Dispatcher:
     def _ingest(self, records: list[AlertRecord]) -> list[str]:
         """Bring submitted records into the groups; returns resolved alerts nobody knew."""
         orphans = []
+        episode_over = []
         for record in records:
             old = self._alerts.get(record.fingerprint)
             if not record.firing:
-                self._acks.pop(record.fingerprint, None)
+                if self._acks.pop(record.fingerprint, None) is not None:
+                    episode_over.append(record.fingerprint)
                 if old is None:
                     orphans.append(record.fingerprint)
                     continue
@@ -308,6 +343,7 @@ class Dispatcher:
                 self._place(record)
             elif self._sync_members:
                 self._join_sync(record, self._root.match(record.labels))
+        self._silence_store.forget_acknowledgements(episode_over)
         return orphans
 
     def _plan_sync(self, ctx: planning.Context) -> tuple[list[NewEntry], list[tuple[str, str]]]:
