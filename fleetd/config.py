@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from fleetd.alert.config import AlertingConfig
 from fleetd.configbase import Duration, StrictModel, load_file
 
 DEFAULT_CONFIG_PATH = Path("/etc/fleetd/fleetd.yaml")
@@ -98,6 +99,7 @@ class FleetdConfig(StrictModel):
     http: HttpConfig = Field(default_factory=HttpConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     vllm: VllmConfig = Field(default_factory=VllmConfig)
+    alerting: AlertingConfig = Field(default_factory=AlertingConfig)
 
 
 def load_config(path: str | Path) -> FleetdConfig:

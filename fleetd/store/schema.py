@@ -24,7 +24,10 @@ schema_version_table = Table(
     Column("fleetd_version", String(32), nullable=False),
 )
 
-TABLE_MODULES: tuple[str, ...] = ()
+TABLE_MODULES: tuple[str, ...] = (
+    "fleetd.store.outbox",
+    "fleetd.store.silences",
+)
 """Modules that declare tables on METADATA; imported before the schema is created or checked."""
 
 
