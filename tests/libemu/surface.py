@@ -106,6 +106,11 @@ def gpu_calls(a: Any, h: Any, peer: Any) -> Calls:
             "amdsmi_get_gpu_metrics_info",
             "amdsmi_get_violation_status",
             "amdsmi_get_gpu_process_list",
+            "amdsmi_get_gpu_metrics_header_info",
+            "amdsmi_topo_get_numa_node_number",
+            "amdsmi_get_gpu_topo_numa_affinity",
+            "amdsmi_get_gpu_compute_partition",
+            "amdsmi_get_gpu_memory_partition",
         )
     }
     for sensor in a.AmdSmiTemperatureType:
@@ -151,6 +156,9 @@ def gpu_calls(a: Any, h: Any, peer: Any) -> Calls:
         )
         calls[f"amdsmi_get_minmax_bandwidth_between_processors:{label}"] = lambda o=other: (
             a.amdsmi_get_minmax_bandwidth_between_processors(h, o)
+        )
+        calls[f"amdsmi_is_P2P_accessible:{label}"] = lambda o=other: a.amdsmi_is_P2P_accessible(
+            h, o
         )
     # the Python-side type checks: plain ints where enums or handles belong
     calls["type_check:temp_metric_int"] = lambda: a.amdsmi_get_temp_metric(h, 1, 0)

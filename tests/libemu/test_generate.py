@@ -63,6 +63,13 @@ def test_the_bdf_union_is_passed_by_value(emulated_library: EmulatedLibrary) -> 
     assert by_symbol["amdsmi_get_temp_metric"].args[3] == Scalar("void *", "pointer")
 
 
+def test_every_c_call_the_simulator_models_has_a_handler(real_amdsmi: ModuleType) -> None:
+    modelled = {name for name in dir(RawLibrary) if name.startswith("amdsmi_")}
+    provider = SimProvider(real_amdsmi.amdsmi_wrapper, RawLibrary(build_node(clock=FakeClock())))
+    assert modelled - provider.provided == set()
+    assert provider.provided <= set(read_wrapper(find_wrapper()).symbols())
+
+
 def test_calls_answer_not_supported_without_a_provider(
     emulated_library: EmulatedLibrary, real_amdsmi: ModuleType
 ) -> None:

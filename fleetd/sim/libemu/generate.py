@@ -111,6 +111,9 @@ class WrapperSpec:
     sha256: str
     functions: tuple[Function, ...]
 
+    def symbols(self) -> tuple[str, ...]:
+        return tuple(f.symbol for f in self.functions)
+
 
 # ---------------------------------------------------------------------------------- reading
 def find_wrapper(package: str = "amdsmi") -> Path:

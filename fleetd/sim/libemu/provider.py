@@ -278,7 +278,25 @@ class SimProvider:
         _need(high)
         low[0], high[0] = self.lib.amdsmi_get_minmax_bandwidth_between_processors(src, dst)
 
+    def amdsmi_is_P2P_accessible(self, src: int, dst: int, out: Any) -> None:
+        _need(out)[0] = self.lib.amdsmi_is_P2P_accessible(src, dst)
+
+    def amdsmi_topo_get_numa_node_number(self, handle: int, out: Any) -> None:
+        _need(out)[0] = self.lib.amdsmi_topo_get_numa_node_number(handle)
+
+    def amdsmi_get_gpu_topo_numa_affinity(self, handle: int, out: Any) -> None:
+        _need(out)[0] = self.lib.amdsmi_get_gpu_topo_numa_affinity(handle)
+
+    def amdsmi_get_gpu_compute_partition(self, handle: int, out: Any, length: int) -> None:
+        _text_out(out, length, self.lib.amdsmi_get_gpu_compute_partition(handle))
+
+    def amdsmi_get_gpu_memory_partition(self, handle: int, out: Any, length: int) -> None:
+        _text_out(out, length, self.lib.amdsmi_get_gpu_memory_partition(handle))
+
     # ------------------------------------------------------------------ gpu_metrics, violations
+    def amdsmi_get_gpu_metrics_header_info(self, handle: int, out: Any) -> None:
+        fill(_target(out), self.lib.amdsmi_get_gpu_metrics_header_info(handle))
+
     def amdsmi_get_gpu_metrics_info(self, handle: int, out: Any) -> None:
         fill(_target(out), self.lib.amdsmi_get_gpu_metrics_info(handle))
 
