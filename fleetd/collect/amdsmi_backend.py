@@ -18,8 +18,6 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any, TypeVar
 
-from structlog.stdlib import BoundLogger
-
 from fleetd.collect import parse
 from fleetd.collect.source import REASON_ERROR, REASON_GPU_MISSING, GpuProcess, ReadError
 from fleetd.errors import BackendError
@@ -31,9 +29,7 @@ __all__ = ["AmdSmiBackend", "AmdSmiGpu", "GpuProcess", "load_amdsmi", "status_re
 T = TypeVar("T")
 
 
-def log() -> BoundLogger:
-    """This module's logger, looked up at use so it follows the daemon's logging config."""
-    return get_logger("collect.backend")
+log = get_logger("collect.backend")
 
 
 FIX_HINT = (
@@ -240,7 +236,7 @@ class AmdSmiGpu:
                 return
             self._handle = None
             self._poll = {}
-        log().warning("gpu_lost", gpu=self._identity.index, bdf=self._identity.bdf)
+        log.warning("gpu_lost", gpu=self._identity.index, bdf=self._identity.bdf)
 
     def temp_metric(self, sensor: str, metric: str) -> object:
         return self._call(
@@ -410,7 +406,7 @@ class AmdSmiBackend:
             try:
                 bdf = self.call("amdsmi_get_gpu_device_bdf", handle)
             except ReadError as exc:
-                log().warning("gpu_bdf_unreadable", reason=exc.reason, detail=exc.detail)
+                log.warning("gpu_bdf_unreadable", reason=exc.reason, detail=exc.detail)
                 continue
             if not isinstance(bdf, str) or not bdf:
                 continue
@@ -465,13 +461,13 @@ class AmdSmiBackend:
                 identity = self._identity(index, bdf, handle)
                 if known is None:
                     self._gpus.append(AmdSmiGpu(self, identity, handle))
-                    log().info("gpu_found", gpu=index, bdf=bdf, uuid=identity.uuid)
+                    log.info("gpu_found", gpu=index, bdf=bdf, uuid=identity.uuid)
                 else:
                     known._rebind(identity, handle)
             for gpu in self._gpus:
                 if gpu.identity.bdf not in seen and gpu.present:
                     gpu._vanish()
-                    log().warning("gpu_missing", gpu=gpu.identity.index, bdf=gpu.identity.bdf)
+                    log.warning("gpu_missing", gpu=gpu.identity.index, bdf=gpu.identity.bdf)
 
     # --- what the poller and remediation call -----------------------------------------------
     def sources(self) -> list[AmdSmiGpu]:
@@ -518,7 +514,7 @@ class AmdSmiBackend:
             raise BackendError(
                 f"reset of GPU {index} ({gpu.identity.bdf}) failed: {exc.reason}{hint}"
             ) from None
-        log().warning("gpu_reset_issued", gpu=index, bdf=gpu.identity.bdf)
+        log.warning("gpu_reset_issued", gpu=index, bdf=gpu.identity.bdf)
 
     def processes(self, index: int) -> list[GpuProcess]:
         """Processes holding GPU ``index`` (amdsmi_get_gpu_process_list); raises BackendError."""
@@ -570,7 +566,7 @@ class AmdSmiBackend:
             try:
                 self.amdsmi.amdsmi_shut_down()
             except Exception as exc:
-                log().warning("amdsmi_shut_down_failed", reason=self._read_error(exc).reason)
+                log.warning("amdsmi_shut_down_failed", reason=self._read_error(exc).reason)
             try:
                 self._init()
             except BackendError:
@@ -591,4 +587,4 @@ class AmdSmiBackend:
             try:
                 self.amdsmi.amdsmi_shut_down()
             except Exception as exc:
-                log().warning("amdsmi_shut_down_failed", reason=self._read_error(exc).reason)
+                log.warning("amdsmi_shut_down_failed", reason=self._read_error(exc).reason)

@@ -28,17 +28,13 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
-from structlog.stdlib import BoundLogger
 
 from fleetd import __version__
 from fleetd.collect.catalog import CATALOG, MetricSpec
 from fleetd.logs import get_logger
 from fleetd.model import Labels, Reading, Snapshot
 
-
-def log() -> BoundLogger:
-    """This module's logger, looked up at use so it follows the daemon's logging config."""
-    return get_logger("collect.exporter")
+log = get_logger("collect.exporter")
 
 
 POLL_DURATION_BUCKETS: tuple[float, ...] = (
@@ -88,12 +84,12 @@ def render_readings(
             if len(labels) != len(names) or any(
                 k != n for (k, _), n in zip(labels, names, strict=True)
             ):
-                log().warning("reading_labels_mismatch", metric=name, labels=[k for k, _ in labels])
+                log.warning("reading_labels_mismatch", metric=name, labels=[k for k, _ in labels])
                 continue
             family.add_metric([v for _, v in labels], reading.value)  # type: ignore[arg-type]
         families.append(family)
     for name in grouped:
-        log().warning("metric_not_in_catalog", metric=name)
+        log.warning("metric_not_in_catalog", metric=name)
     return families
 
 

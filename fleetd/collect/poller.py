@@ -20,8 +20,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from structlog.stdlib import BoundLogger
-
 from fleetd.collect.base import Collector
 from fleetd.collect.source import REASON_GPU_MISSING, REASON_TIMEOUT, GpuBackend, GpuSource
 from fleetd.logs import get_logger
@@ -31,9 +29,7 @@ GPU_UP = "fleetd_gpu_up"
 READINGS_MISSING = "fleetd_gpu_readings_missing"
 
 
-def log() -> BoundLogger:
-    """This module's logger, looked up at use so it follows the daemon's logging config."""
-    return get_logger("collect.poller")
+log = get_logger("collect.poller")
 
 
 @dataclass(slots=True)
@@ -72,7 +68,7 @@ class _Job:
                 readings = collector.collect(self.gpu, self.now)
             except Exception as exc:  # a collector bug fails that collector alone
                 readings, error = [], f"{type(exc).__name__}: {exc}"
-                log().error(
+                log.error(
                     "collector_failed",
                     collector=collector.name,
                     gpu=self.gpu.identity.index,
@@ -262,7 +258,7 @@ class Poller:
             error = REASON_GPU_MISSING
         elif not responsive:
             error = f"timeout after {self._timeout}s in {running}"
-            log().warning("gpu_poll_timeout", gpu=identity.index, bdf=identity.bdf, call=running)
+            log.warning("gpu_poll_timeout", gpu=identity.index, bdf=identity.bdf, call=running)
         status = GpuStatus(
             gpu=identity,
             present=present,
