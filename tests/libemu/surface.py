@@ -179,6 +179,9 @@ def node_calls(a: Any, pids: list[int]) -> Calls:
         "amdsmi_get_processor_handle_from_bdf:bad": (
             lambda: a.amdsmi_get_processor_handle_from_bdf("not-a-bdf")
         ),
+        "amdsmi_get_processor_handle_from_bdf:short": (
+            lambda: a.amdsmi_get_processor_handle_from_bdf("05:00.0").value
+        ),
         "amdsmi_get_processor_handle_from_bdf:absent": (
             lambda: a.amdsmi_get_processor_handle_from_bdf("0000:ff:1f.7")
         ),

@@ -7,6 +7,15 @@ the stand-in (or in the provider), never something to paper over here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from types import ModuleType
+
+import pytest
+
+from fleetd.clock import FakeClock
+from fleetd.sim import SPECS, SimNode, SimulatedAmdSmi, build_node
+from fleetd.sim.libemu import SimProvider
+
 from .conftest import Faces
 from .surface import MUTATORS, covered_functions, differences, read_surface
 
@@ -37,3 +46,29 @@ def test_a_loaded_node_reads_identically(faces: Faces) -> None:
     faces.clock.advance(30)
     leaves = assert_agree(faces)
     assert leaves > 8 * 500  # the read really covered every GPU
+
+
+@pytest.mark.parametrize("model", sorted(SPECS))
+def test_every_gpu_model_reads_identically(
+    model: str, clock: FakeClock, real_amdsmi: ModuleType, attach: Callable[[SimNode], SimProvider]
+) -> None:
+    node = build_node(model, seed=21, clock=clock, gpu_count=4)
+    faces = Faces(clock, node, SimulatedAmdSmi(node), real_amdsmi, attach(node))
+    faces.sim.amdsmi_init()
+    real_amdsmi.amdsmi_init()
+    node.set_load(None, 0.9)
+    node.add_process(1, pid=77, name="", vram_bytes=1 << 30)  # a nameless process reads "N/A"
+    clock.advance(300)
+    assert_agree(faces)
+    assert len(real_amdsmi.amdsmi_get_processor_handles()) == 4
+
+
+def test_the_comparison_can_fail(faces: Faces) -> None:
+    """Self-check: a one-field difference between the faces is reported."""
+    pids = _pids(faces)
+    stand_in = read_surface(faces.sim, pids)
+    faces.node.inject(0, "unsupported_fields", fields=["amdsmi_get_gpu_kfd_info.node_id"])
+    real = read_surface(faces.real, pids)
+    found = differences(stand_in, real)
+    assert len(found) == 1 and "amdsmi_get_gpu_kfd_info/'node_id'" in found[0]
+    assert "('str', 'N/A')" in found[0]
