@@ -83,6 +83,7 @@ def attach(
         emulated_library.install(None)
     for provider in providers:
         assert provider.errors == [], "\n".join(provider.errors)
+        assert not provider.unhandled, f"calls the simulator does not model: {provider.unhandled}"
 
 
 @pytest.fixture

@@ -346,8 +346,8 @@ class SimProvider:
 # ---------------------------------------------------------------------------------- decoding
 def decode_argument(kind: Any, raw: int) -> Any:
     """One raw uint64 argument as the C function received it, typed by its ctypes argtype."""
-    if kind is ctypes.c_void_p:
-        return raw
+    if kind in (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_wchar_p):
+        return raw  # an address: never dereferenced here
     if isinstance(kind, type) and issubclass(kind, ctypes._Pointer):
         return ctypes.cast(ctypes.c_void_p(raw), kind) if raw else kind()
     if isinstance(kind, type) and issubclass(kind, ctypes.Structure | ctypes.Union):
