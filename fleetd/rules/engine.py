@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from fleetd.errors import ConfigError
 from fleetd.logs import get_logger
 from fleetd.model import Alert, AlertKey, AlertState, Labels, Transition, make_labels
 from fleetd.query import Query
@@ -20,7 +21,15 @@ from fleetd.rules.evaluate import Evaluation, Vector, compare
 from fleetd.rules.health import GPU_UP_METRIC, HEALTH_METRIC, NodeHealth, assess, health_vector
 from fleetd.rules.loader import RuleSet
 from fleetd.rules.spec import Rule
-from fleetd.rules.state import AlertEntry, Observation, StepResult, Timing, restore, step
+from fleetd.rules.state import (
+    AlertEntry,
+    Observation,
+    StateChanges,
+    StepResult,
+    Timing,
+    restore,
+    step,
+)
 
 INFO_METRIC = "fleetd_gpu_info"
 RuleHealthState = Literal["ok", "err", "unknown"]
@@ -57,12 +66,13 @@ class RuleStatus:
 
 
 @dataclass(frozen=True, slots=True)
-class StateChanges:
-    """Alert state to persist since the last call: rows to write and rows to delete."""
+class ReloadStatus:
+    """How rule reloads went: counts, and the problems of the last failed one."""
 
-    upserts: tuple[AlertEntry, ...] = ()
-    deletes: tuple[AlertKey, ...] = ()
-    last_eval_at: float | None = None
+    successes: int = 0
+    failures: int = 0
+    last_ok: bool = True
+    last_problems: tuple[str, ...] = ()
 
 
 @dataclass
@@ -103,6 +113,7 @@ class RuleEngine:
         self._last_eval_at: float | None = None
         self.last_duration_s = 0.0
         self.evaluations_total = 0
+        self.reload_status = ReloadStatus()
         self._install(rules, previous={})
 
     # ------------------------------------------------------------------------------ life cycle
@@ -120,6 +131,24 @@ class RuleEngine:
         self._rules = new_rules
         self._install(new_rules, previous)
         _log.info("rules_reloaded", rules=len(new_rules), orphaned_alerts=len(self._orphans))
+
+    def try_reload(self, load: Callable[[], RuleSet]) -> ReloadStatus:
+        """Load, validate and swap in one step (SIGHUP, the API).
+
+        A rule file with any problem raises ``ConfigError`` in ``load``; then nothing changes,
+        the running rules keep running, and the problems are logged and kept for the API.
+        """
+        status = self.reload_status
+        try:
+            new_rules = load()
+        except ConfigError as exc:
+            problems = tuple(str(p) for p in exc.problems)
+            self.reload_status = ReloadStatus(status.successes, status.failures + 1, False, problems)
+            _log.error("rules_reload_failed", problems=list(problems))
+            return self.reload_status
+        self.reload(new_rules)
+        self.reload_status = ReloadStatus(status.successes + 1, status.failures, True, ())
+        return self.reload_status
 
     def _install(self, rules: RuleSet, previous: dict[str, _RuleRuntime]) -> None:
         runtime: dict[str, _RuleRuntime] = {}

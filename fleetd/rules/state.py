@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from fleetd.configbase import format_duration
-from fleetd.model import Alert, AlertState, Transition
+from fleetd.model import Alert, AlertKey, AlertState, Transition
 
 NO_DATA_REASON = "resolved_reason"
 
@@ -43,6 +43,15 @@ class AlertEntry:
     @property
     def state(self) -> AlertState:
         return self.alert.state
+
+
+@dataclass(frozen=True, slots=True)
+class StateChanges:
+    """Alert state to persist since the last save: rows to write and rows to delete."""
+
+    upserts: tuple[AlertEntry, ...] = ()
+    deletes: tuple[AlertKey, ...] = ()
+    last_eval_at: float | None = None
 
 
 class Observation(NamedTuple):
