@@ -404,7 +404,14 @@ RULE_METRICS: tuple[MetricSpec, ...] = (
         "seconds",
         "Age of the oldest GPU telemetry behind the node's health verdict.",
     ),
-    _m("fleetd_alerts", "gauge", "", "Alerts by severity and state (pending, firing).", "severity", "state"),
+    _m(
+        "fleetd_alerts",
+        "gauge",
+        "",
+        "Alerts by severity and state (pending, firing).",
+        "severity",
+        "state",
+    ),
     _m(
         "fleetd_rule_health",
         "gauge",
@@ -426,8 +433,19 @@ RULE_METRICS: tuple[MetricSpec, ...] = (
         "Wall time of the last evaluation of all rules.",
     ),
     _m("fleetd_rules_loaded", "gauge", "", "Rules the engine is running."),
-    _m("fleetd_rule_reloads_total", "counter", "", "Rule reloads by result: success, failure.", "result"),
-    _m("fleetd_rules_last_reload_success", "gauge", "", "1 when the last rule reload succeeded (or none was tried)."),
+    _m(
+        "fleetd_rule_reloads_total",
+        "counter",
+        "",
+        "Rule reloads by result: success, failure.",
+        "result",
+    ),
+    _m(
+        "fleetd_rules_last_reload_success",
+        "gauge",
+        "",
+        "1 when the last rule reload succeeded (or none was tried).",
+    ),
 )
 
 CATALOG: dict[str, MetricSpec] = {

@@ -143,7 +143,9 @@ class RuleEngine:
             new_rules = load()
         except ConfigError as exc:
             problems = tuple(str(p) for p in exc.problems)
-            self.reload_status = ReloadStatus(status.successes, status.failures + 1, False, problems)
+            self.reload_status = ReloadStatus(
+                status.successes, status.failures + 1, False, problems
+            )
             _log.error("rules_reload_failed", problems=list(problems))
             return self.reload_status
         self.reload(new_rules)
@@ -176,7 +178,9 @@ class RuleEngine:
             resolved_retention_s=self.settings.resolved_retention_s,
         )
 
-    def restore(self, entries: Iterable[AlertEntry], *, last_eval_at: float | None, now: float) -> None:
+    def restore(
+        self, entries: Iterable[AlertEntry], *, last_eval_at: float | None, now: float
+    ) -> None:
         """Resume alert state saved before a restart (see ``fleetd.rules.state.restore``)."""
         kept = restore(
             entries,
@@ -219,10 +223,15 @@ class RuleEngine:
                     models = _gpu_models(query, now)
                 matches, present = self._matches(runtime, ev, models or {})
                 transitions.extend(self._advance(runtime, ev, matches, present, now))
-            except Exception as exc:  # noqa: BLE001 - any failure is rule health, not a crash
+            except Exception as exc:  # any failure is rule health, never a crash
                 status = runtime.status
                 runtime.status = RuleStatus(
-                    rule.name, "err", _describe(exc), now, self._clock() - t0, status.failures_total + 1
+                    rule.name,
+                    "err",
+                    _describe(exc),
+                    now,
+                    self._clock() - t0,
+                    status.failures_total + 1,
                 )
                 _log.warning("rule_evaluation_failed", rule=rule.name, error=_describe(exc))
                 continue
@@ -266,7 +275,12 @@ class RuleEngine:
         transitions: list[Transition] = []
         for labels, value in matches.items():
             current = self._alert_for(rule, labels, value)
-            self._apply(alerts, labels, step(timing, alerts.get(labels), Observation(True, current), now), transitions)
+            self._apply(
+                alerts,
+                labels,
+                step(timing, alerts.get(labels), Observation(True, current), now),
+                transitions,
+            )
         for labels, entry in list(alerts.items()):
             if labels in matches:
                 continue
@@ -311,7 +325,12 @@ class RuleEngine:
                     severity=alert.severity,
                     labels=alert.labels,
                     annotations=tuple(
-                        sorted({**dict(alert.annotations), "resolved_reason": "rule removed or changed"}.items())
+                        sorted(
+                            {
+                                **dict(alert.annotations),
+                                "resolved_reason": "rule removed or changed",
+                            }.items()
+                        )
                     ),
                     value=alert.value,
                     active_at=alert.active_at,
@@ -392,7 +411,16 @@ class RuleEngine:
 
 def _persisted(entry: AlertEntry) -> tuple[object, ...]:
     a = entry.alert
-    return (a.state, a.active_at, a.fired_at, a.resolved_at, a.keep_firing_since, entry.no_data_since, a.severity, a.labels)
+    return (
+        a.state,
+        a.active_at,
+        a.fired_at,
+        a.resolved_at,
+        a.keep_firing_since,
+        entry.no_data_since,
+        a.severity,
+        a.labels,
+    )
 
 
 def _needs_models(rule: Rule) -> bool:

@@ -418,12 +418,8 @@ def _absent_labels(matchers: tuple[Matcher, ...]) -> Labels:
 
 def _compatible_any(vec: Vector, labels: Labels) -> bool:
     wanted = dict(labels)
-    for series in vec:
-        if all(wanted.get(name, value) == value for name, value in series):
-            return True
-    return False
+    return any(all(wanted.get(k, v) == v for k, v in series) for series in vec)
 
 
 def _show(labels: Labels) -> str:
     return "{" + ", ".join(f'{k}="{v}"' for k, v in labels) + "}"
-

@@ -113,12 +113,16 @@ def _gpu_verdict(
     if age is None:
         return Health(HealthState.UNKNOWN, None, ("no telemetry from this GPU",))
     if age > stale_after_s:
-        return Health(HealthState.UNKNOWN, age, (f"no fresh telemetry for {format_duration(round(age))}",))
+        return Health(
+            HealthState.UNKNOWN, age, (f"no fresh telemetry for {format_duration(round(age))}",)
+        )
     critical, warning, no_data = [], [], []
     for entry in firing:
         name = entry.alert.key.rule
         if entry.no_data_since is not None:
-            no_data.append(f"{name}: no data for {format_duration(round(now - entry.no_data_since))}")
+            no_data.append(
+                f"{name}: no data for {format_duration(round(now - entry.no_data_since))}"
+            )
         elif entry.alert.severity == Severity.CRITICAL:
             critical.append(f"{name} (critical)")
         else:
@@ -134,16 +138,24 @@ def _gpu_verdict(
 
 def _node_verdict(gpus: tuple[GpuHealth, ...], node_level: list[AlertEntry], now: float) -> Health:
     ages = [g.health.data_age_s for g in gpus]
-    age = None if not gpus or any(a is None for a in ages) else max(a for a in ages if a is not None)
+    age = (
+        None if not gpus or any(a is None for a in ages) else max(a for a in ages if a is not None)
+    )
     if not gpus:
         return Health(HealthState.UNKNOWN, None, ("no GPUs known",))
     state = max((g.health.state for g in gpus), key=_RANK.__getitem__)
-    reasons = [f"gpu {g.gpu}: {g.health.state.value}" for g in gpus if g.health.state != HealthState.HEALTHY]
+    reasons = [
+        f"gpu {g.gpu}: {g.health.state.value}"
+        for g in gpus
+        if g.health.state != HealthState.HEALTHY
+    ]
     for entry in node_level:
         name = entry.alert.key.rule
         if entry.no_data_since is not None:
             own = HealthState.UNKNOWN
-            reasons.append(f"{name}: no data for {format_duration(round(now - entry.no_data_since))}")
+            reasons.append(
+                f"{name}: no data for {format_duration(round(now - entry.no_data_since))}"
+            )
         elif entry.alert.severity == Severity.CRITICAL:
             own = HealthState.UNHEALTHY
             reasons.append(f"{name} (critical)")

@@ -94,9 +94,7 @@ def _duration(text: str, pos: int, tokens: list[Token]) -> int:
     match = _DURATION.match(text, pos)
     if match is None:
         raise ExprError("expected a duration such as 5m, 30s or 1h30m after '['", pos)
-    seconds = sum(
-        int(n) * _UNIT_SECONDS[unit] for n, unit in _DURATION_PART.findall(match.group())
-    )
+    seconds = sum(int(n) * _UNIT_SECONDS[unit] for n, unit in _DURATION_PART.findall(match.group()))
     tokens.append(Token("dur", match.group(), pos, seconds))
     return match.end()
 

@@ -100,7 +100,13 @@ def load_rule_set(
         for name, where in loaded.disable:
             if name not in ordered:
                 problems.append(
-                    Problem(where.file, where.line, where.col, where.key, f"no rule named {name!r} to disable")
+                    Problem(
+                        where.file,
+                        where.line,
+                        where.col,
+                        where.key,
+                        f"no rule named {name!r} to disable",
+                    )
                 )
             disabled.append(name)
     if problems:
@@ -128,7 +134,10 @@ def _intern(rule: Rule, interner: Interner) -> Rule:
 def _duplicate(rule: Rule, first: str) -> Problem:
     file, _, line = rule.source.rpartition(":")
     return Problem(
-        file, int(line) if line.isdigit() else None, None, "name",
+        file,
+        int(line) if line.isdigit() else None,
+        None,
+        "name",
         f"rule {rule.name!r} is already defined at {first}",
     )
 
@@ -139,7 +148,9 @@ def load_rule_file(path: str | Path, *, runbook_base_url: str = "") -> RuleFile:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError([Problem(filename, None, None, "", f"cannot read: {exc.strerror}")]) from None
+        raise ConfigError(
+            [Problem(filename, None, None, "", f"cannot read: {exc.strerror}")]
+        ) from None
     except UnicodeDecodeError:
         raise ConfigError([Problem(filename, None, None, "", "not UTF-8 text")]) from None
     return parse_rule_text(text, filename, runbook_base_url=runbook_base_url)
@@ -165,8 +176,13 @@ def parse_rule_text(text: str, filename: str, *, runbook_base_url: str = "") -> 
         if rule.name in names:
             line, col = mark_for(marks, (*base, "name"))
             problems.append(
-                Problem(filename, line, col, dotted((*base, "name")),
-                        f"rule {rule.name!r} is already defined in rules[{names[rule.name]}]")
+                Problem(
+                    filename,
+                    line,
+                    col,
+                    dotted((*base, "name")),
+                    f"rule {rule.name!r} is already defined in rules[{names[rule.name]}]",
+                )
             )
             continue
         names[rule.name] = index

@@ -23,9 +23,20 @@ def rule_readings(engine: RuleEngine, now: float) -> list[Reading]:
         for item in report.gpus:
             uuid = item.uuid or ""
             for state in HealthState:
-                add("fleetd_gpu_health", item.health.state == state, gpu=item.gpu, uuid=uuid, state=state.value)
+                add(
+                    "fleetd_gpu_health",
+                    item.health.state == state,
+                    gpu=item.gpu,
+                    uuid=uuid,
+                    state=state.value,
+                )
             if item.health.data_age_s is not None:
-                add("fleetd_gpu_health_data_age_seconds", item.health.data_age_s, gpu=item.gpu, uuid=uuid)
+                add(
+                    "fleetd_gpu_health_data_age_seconds",
+                    item.health.data_age_s,
+                    gpu=item.gpu,
+                    uuid=uuid,
+                )
         for state in HealthState:
             add("fleetd_node_health", report.node.state == state, state=state.value)
         if report.node.data_age_s is not None:
@@ -33,11 +44,10 @@ def rule_readings(engine: RuleEngine, now: float) -> list[Reading]:
 
     counts = {(sev, st): 0 for sev in Severity for st in (AlertState.PENDING, AlertState.FIRING)}
     for alert in engine.alerts():
-        key = (alert.severity, alert.state)
-        if key in counts:
-            counts[key] += 1
-    for (severity, state), count in counts.items():
-        add("fleetd_alerts", count, severity=severity.value, state=state.value)
+        if (alert.severity, alert.state) in counts:
+            counts[(alert.severity, alert.state)] += 1
+    for (severity, alert_state), count in counts.items():
+        add("fleetd_alerts", count, severity=severity.value, state=alert_state.value)
 
     for status in engine.rule_statuses():
         if status.health != "unknown":

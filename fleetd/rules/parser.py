@@ -111,7 +111,9 @@ class _Parser:
     def unary(self) -> Node:
         self.depth += 1
         if self.depth > MAX_DEPTH:
-            raise ExprError(f"expression is nested more than {MAX_DEPTH} levels deep", self.peek().pos)
+            raise ExprError(
+                f"expression is nested more than {MAX_DEPTH} levels deep", self.peek().pos
+            )
         try:
             token = self.peek()
             if token.kind == "op" and token.text in ("-", "+"):
@@ -285,7 +287,9 @@ class _Parser:
             bool_mode = True
         if not (self.at("on") or self.at("ignoring")):
             if self.at("group_left") or self.at("group_right"):
-                raise ExprError("group_left/group_right need on(...) or ignoring(...) first", self.peek().pos)
+                raise ExprError(
+                    "group_left/group_right need on(...) or ignoring(...) first", self.peek().pos
+                )
             return bool_mode, None
         on = self.advance().text == "on"
         labels = self.label_list()
@@ -368,7 +372,7 @@ def _check_call(call: Call) -> Call:
     elif name == "absent":
         need(1)
         if not isinstance(args[0], Selector):
-            raise ExprError("absent() takes a selector such as metric{label=\"x\"}", call.pos)
+            raise ExprError('absent() takes a selector such as metric{label="x"}', call.pos)
     elif name == "stale":
         need(2)
         if not isinstance(args[0], Selector):
@@ -380,7 +384,9 @@ def _check_call(call: Call) -> Call:
             or polls.value < 1
             or polls.value != int(polls.value)
         ):
-            raise ExprError("the second argument of stale() is a whole number of polls >= 1", call.pos)
+            raise ExprError(
+                "the second argument of stale() is a whole number of polls >= 1", call.pos
+            )
     return call
 
 

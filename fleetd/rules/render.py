@@ -120,11 +120,10 @@ class _Renderer:
             child_prec = _PRECEDENCE[child.op]
             if child_prec < prec or (child_prec == prec and tighter):
                 return f"({text})"
-        elif isinstance(child, Unary) and _UNARY_PRECEDENCE < prec:
-            return f"({text})"
-        elif isinstance(child, Number) and child.value < 0 and prec == _PRECEDENCE["^"]:
-            return f"({text})"
-        return text
+            return text
+        unary_inside = isinstance(child, Unary) and prec > _UNARY_PRECEDENCE
+        negative_base = isinstance(child, Number) and child.value < 0 and prec == _PRECEDENCE["^"]
+        return f"({text})" if unary_inside or negative_base else text
 
     def matching(self, matching: VectorMatching) -> str:
         if not matching.explicit and not (matching.on and self.join_labels):

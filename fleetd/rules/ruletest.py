@@ -117,7 +117,11 @@ def run_test_file(path: str | Path) -> list[CaseResult]:
     for index, case in enumerate(spec.tests):
         name = case.name or f"tests[{index}]"
         results.append(
-            CaseResult(filename, name, _run_case(case, inputs[index], rules, settings, spec.evaluation_interval))
+            CaseResult(
+                filename,
+                name,
+                _run_case(case, inputs[index], rules, settings, spec.evaluation_interval),
+            )
         )
     return results
 
@@ -165,7 +169,9 @@ def _run_case(
     for check in case.alert_rule_test:
         if rules.get(check.alertname) is None:
             failures.append(f"alertname {check.alertname!r}: no such rule in the rule files")
-    checks_at = sorted({c.eval_time for c in case.alert_rule_test} | {h.eval_time for h in case.health_test})
+    checks_at = sorted(
+        {c.eval_time for c in case.alert_rule_test} | {h.eval_time for h in case.health_test}
+    )
     if not checks_at:
         return failures
     times = _schedule(step, checks_at)
@@ -197,10 +203,10 @@ def _check_alerts(engine: RuleEngine, check: AlertRuleTest) -> list[str]:
     unmatched = list(got)
     missing: list[AlertExpectation] = []
     for expected in check.exp_alerts:
-        for i, (labels, annotations) in enumerate(unmatched):
+        for i, (labels, texts) in enumerate(unmatched):
             if labels == expected.exp_labels and (
                 expected.exp_annotations is None
-                or all(annotations.get(k) == v for k, v in expected.exp_annotations.items())
+                or all(texts.get(k) == v for k, v in expected.exp_annotations.items())
             ):
                 del unmatched[i]
                 break
@@ -209,7 +215,10 @@ def _check_alerts(engine: RuleEngine, check: AlertRuleTest) -> list[str]:
     if not missing and not unmatched:
         return []
     exp_text = [
-        {"labels": e.exp_labels, **({"annotations": e.exp_annotations} if e.exp_annotations else {})}
+        {
+            "labels": e.exp_labels,
+            **({"annotations": e.exp_annotations} if e.exp_annotations else {}),
+        }
         for e in check.exp_alerts
     ]
     got_text = [{"labels": labels, "annotations": annotations} for labels, annotations in got]
@@ -229,7 +238,9 @@ def _check_health(engine: RuleEngine, check: HealthTest) -> list[str]:
     else:
         gpu = report.gpu(check.gpu)
         if gpu is None:
-            return [f"health of gpu {check.gpu} at {format_duration(check.eval_time)}: GPU not known"]
+            return [
+                f"health of gpu {check.gpu} at {format_duration(check.eval_time)}: GPU not known"
+            ]
         verdict = gpu.health
         what = f"gpu {check.gpu}"
     if verdict.state == check.exp_state:
@@ -238,4 +249,3 @@ def _check_health(engine: RuleEngine, check: HealthTest) -> list[str]:
         f"health of {what} at {format_duration(check.eval_time)}: exp {check.exp_state.value}, "
         f"got {verdict.state.value} ({'; '.join(verdict.reasons) or 'no reasons'})"
     ]
-

@@ -22,7 +22,9 @@ from fleetd.rules.parser import parse
 MAX_VALUES = 1_000_000
 
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
-_EXPAND = re.compile(rf"^(?P<start>{_NUM})(?:(?P<sign>[-+])(?P<step>(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?))?x(?P<n>\d+)$")
+_EXPAND = re.compile(
+    rf"^(?P<start>{_NUM})(?:(?P<sign>[-+])(?P<step>(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?))?x(?P<n>\d+)$"
+)
 _PLAIN = re.compile(rf"^{_NUM}$")
 _BLANKS = re.compile(r"^_(?:x(?P<n>\d+))?$")
 

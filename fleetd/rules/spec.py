@@ -92,7 +92,9 @@ class RuleModel(StrictModel):
         return self
 
 
-def _check_clear_side(op: str, threshold: float | dict[str, float], clear: float | dict[str, float]) -> None:
+def _check_clear_side(
+    op: str, threshold: float | dict[str, float], clear: float | dict[str, float]
+) -> None:
     fire = Threshold.of(threshold)
     stop = Threshold.of(clear)
     for model in (*PRODUCTS, None):

@@ -231,7 +231,10 @@ def restore(
             remaining = max(rule_for - spent, min(for_grace_period_s, rule_for))
             active_at = now - (rule_for - remaining)
             restored.append(AlertEntry(replace(alert, active_at=active_at), None))
-        elif alert.state == AlertState.RESOLVED and alert.resolved_at is not None:
-            if now - alert.resolved_at < resolved_retention_s:
-                restored.append(entry)
+        elif (
+            alert.state == AlertState.RESOLVED
+            and alert.resolved_at is not None
+            and now - alert.resolved_at < resolved_retention_s
+        ):
+            restored.append(entry)
     return restored

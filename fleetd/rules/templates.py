@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 _ACTION = re.compile(r"\{\{(.*?)\}\}", re.S)
-_TOKEN = re.compile(r'\s*(?:(\$value)|\$labels\.([A-Za-z_][A-Za-z0-9_]*)|(\|)|"((?:[^"\\]|\\.)*)"|([A-Za-z]+))')
+_TOKEN = re.compile(
+    r'\s*(?:(\$value)|\$labels\.([A-Za-z_][A-Za-z0-9_]*)|(\|)|"((?:[^"\\]|\\.)*)"|([A-Za-z]+))'
+)
 _PRINTF = re.compile(r"%[-+ 0#]*\d*(?:\.\d+)?[feg]")
 
 

@@ -72,9 +72,6 @@ def _segments(
     common = min(indents) if indents else 0
     out = []
     for i, source in chosen:
-        if strip_common:
-            cut = min(common, len(source))
-        else:
-            cut = len(source) - len(source.lstrip())
+        cut = min(common, len(source)) if strip_common else len(source) - len(source.lstrip())
         out.append((i, cut, source[cut:].rstrip()))
     return out

@@ -11,8 +11,22 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
+from typing import Any
 
-from sqlalchemy import Column, Connection, Float, Integer, String, Table, Text, delete, insert, select, update
+from sqlalchemy import (
+    Column,
+    Connection,
+    Float,
+    Integer,
+    String,
+    Table,
+    Text,
+    delete,
+    insert,
+    select,
+    update,
+)
 
 from fleetd.model import Alert, AlertKey, AlertState, Labels, Severity
 from fleetd.rules.state import AlertEntry, StateChanges
@@ -111,8 +125,8 @@ def _row(entry: AlertEntry) -> dict[str, object]:
     }
 
 
-def _entry(row: object) -> AlertEntry:
-    get = row.__getitem__  # type: ignore[attr-defined]
+def _entry(row: Mapping[Any, Any]) -> AlertEntry:
+    get = row.__getitem__
     alert = Alert(
         key=AlertKey(str(get("rule")), _load(get("key_labels"))),
         state=AlertState(get("state")),
