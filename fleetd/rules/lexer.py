@@ -11,10 +11,11 @@ TokenKind = Literal["num", "ident", "str", "op", "dur", "eof"]
 MAX_EXPR_LENGTH = 4096
 """Longer expressions are refused: rules are short, and a bound keeps parsing cheap."""
 
-_NUMBER = re.compile(r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+_DIGITS = frozenset("0123456789")
+_NUMBER = re.compile(r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_:]*")
-_DURATION = re.compile(r"(?:\d+(?:ms|s|m|h|d|w))+")
-_DURATION_PART = re.compile(r"(\d+)(ms|s|m|h|d|w)")
+_DURATION = re.compile(r"(?:[0-9]+(?:ms|s|m|h|d|w))+")
+_DURATION_PART = re.compile(r"([0-9]+)(ms|s|m|h|d|w)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _OPERATORS = ("==", "!=", "<=", ">=", "=~", "!~", "<", ">", "=", "+", "-", "*", "/", "%", "^")
 _PUNCT = "(){}[],"
@@ -55,7 +56,7 @@ def tokenize(text: str) -> list[Token]:
         if tokens and tokens[-1].text == "[" and tokens[-1].kind == "op":
             pos = _duration(text, pos, tokens)
             continue
-        if char.isdigit() or (char == "." and pos + 1 < end and text[pos + 1].isdigit()):
+        if char in _DIGITS or (char == "." and pos + 1 < end and text[pos + 1] in _DIGITS):
             match = _NUMBER.match(text, pos)
             assert match is not None
             if match.end() < end and (text[match.end()].isalpha() or text[match.end()] == "_"):

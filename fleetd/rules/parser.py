@@ -232,12 +232,12 @@ class _Parser:
             if token.kind != "ident":
                 raise ExprError(f"expected a label name, found {_describe(token)}", token.pos)
             self.advance()
+            if token.text in names:
+                raise ExprError(f"label {token.text!r} is listed twice", token.pos)
             names.append(token.text)
             if not self.at(")"):
                 self.expect(",", "',' or ')'")
         self.advance()
-        if len(set(names)) != len(names):
-            raise ExprError("a label is listed twice", self.peek().pos)
         return tuple(names)
 
     def aggregate(self, token: Token) -> Aggregate:
