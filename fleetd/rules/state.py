@@ -207,8 +207,9 @@ def restore(
     1. Firing alerts stay firing, whatever the outage: a restart neither re-pages them (no
        new transition) nor forgets them; the next evaluation resolves them only on evidence.
     2. Pending alerts keep their progress towards ``for``, minus the time the daemon was down
-       (unobserved time proves nothing), and with at least ``for_grace_period`` left so that
-       a restart does not fire everything at once. After an outage longer than
+       (unobserved time proves nothing). A rule whose ``for`` is longer than
+       ``for_grace_period`` keeps at least that much to go, so that a restart does not fire
+       everything at once (as Prometheus does). After an outage longer than
        ``outage_tolerance`` their progress is stale and they start over.
     3. Resolved alerts are kept for what is left of their retention.
     Alerts of rules that no longer exist are dropped (``for_of`` lists the current rules).
@@ -228,7 +229,9 @@ def restore(
                 continue
             assert rule_for is not None
             spent = max(0.0, stopped - alert.active_at)
-            remaining = max(rule_for - spent, min(for_grace_period_s, rule_for))
+            remaining = rule_for - spent
+            if rule_for > for_grace_period_s and remaining < for_grace_period_s:
+                remaining = for_grace_period_s
             active_at = now - (rule_for - remaining)
             restored.append(AlertEntry(replace(alert, active_at=active_at), None))
         elif (
