@@ -17,9 +17,10 @@ from fleetd.errors import ConfigError
 from fleetd.logs import get_logger
 from fleetd.model import Alert, AlertKey, AlertState, Labels, Transition, make_labels
 from fleetd.query import Query
-from fleetd.rules.evaluate import Evaluation, Vector, compare
+from fleetd.rules.evaluate import Evaluation, Vector, compare, range_needs
 from fleetd.rules.health import GPU_UP_METRIC, HEALTH_METRIC, NodeHealth, assess, health_vector
 from fleetd.rules.loader import RuleSet
+from fleetd.rules.ranges import RangeMirror
 from fleetd.rules.spec import Rule
 from fleetd.rules.state import (
     AlertEntry,
@@ -114,6 +115,7 @@ class RuleEngine:
         self.last_duration_s = 0.0
         self.evaluations_total = 0
         self.reload_status = ReloadStatus()
+        self._ranges = RangeMirror(late_margin_s=5.0 + 2 * self.settings.poll_interval_s)
         self._install(rules, previous={})
 
     # ------------------------------------------------------------------------------ life cycle
@@ -169,6 +171,7 @@ class RuleEngine:
             for entry in old.alerts.values():
                 self._orphans[entry.alert.key] = entry
         self._runtime = runtime
+        self._ranges.plan(range_needs(rule.expr for rule in rules.rules))
 
     def _timing(self, rule: Rule) -> Timing:
         return Timing(
@@ -212,6 +215,7 @@ class RuleEngine:
             lookback=settings.lookback_s,
             poll_interval=settings.poll_interval_s,
             synthetic={HEALTH_METRIC: health_vector(before)},
+            ranges=self._ranges,
         )
         transitions = self._resolve_orphans(now)
         models: dict[str, str] | None = None

@@ -44,13 +44,16 @@ class TestCheck:
     def test_local_rules_override_shipped_ones(self, tmp_path: Path) -> None:
         local = tmp_path / "site.yaml"
         local.write_text(
-            "rules:\n  - name: GpuMissing\n    expr: fleetd_gpu_up == 0\n    for: 2m\n    severity: critical\n"
+            "rules:\n  - name: GpuMissing\n    expr: fleetd_gpu_up == 0\n    for: 2m\n"
+            "    severity: critical\n"
             "disable: [GpuPowerThrottling]\n"
         )
         code, out, _ = invoke("rules", "check", str(local))
         assert (code, out.strip()) == (0, "OK: 1 file(s), 1 rule(s)")
 
-    def test_disable_of_an_unknown_name_is_checked_against_the_shipped_packs(self, tmp_path: Path) -> None:
+    def test_disable_of_an_unknown_name_is_checked_against_the_shipped_packs(
+        self, tmp_path: Path
+    ) -> None:
         local = tmp_path / "site.yaml"
         local.write_text("disable: [GpuMisssing]\n")
         code, _, err = invoke("rules", "check", str(local))
@@ -67,7 +70,9 @@ class TestTest:
         assert out.rstrip().endswith("17 passed, 0 failed")
 
     def test_a_failing_expectation_exits_1_and_shows_expected_and_got(self, tmp_path: Path) -> None:
-        (tmp_path / "r.yaml").write_text("rules:\n  - name: Hot\n    expr: t > 90\n    severity: info\n")
+        (tmp_path / "r.yaml").write_text(
+            "rules:\n  - name: Hot\n    expr: t > 90\n    severity: info\n"
+        )
         (tmp_path / "t.yaml").write_text(
             "rule_files: [r.yaml]\n"
             "tests:\n"
@@ -84,7 +89,9 @@ class TestTest:
         assert out.rstrip().endswith("0 passed, 1 failed")
 
     def test_bad_series_notation_is_reported_with_its_position(self, tmp_path: Path) -> None:
-        (tmp_path / "r.yaml").write_text("rules:\n  - name: Hot\n    expr: t > 90\n    severity: info\n")
+        (tmp_path / "r.yaml").write_text(
+            "rules:\n  - name: Hot\n    expr: t > 90\n    severity: info\n"
+        )
         test = tmp_path / "t.yaml"
         test.write_text(
             "rule_files: [r.yaml]\n"
@@ -109,7 +116,9 @@ def test_export_writes_rules_promtool_accepts(tmp_path: Path) -> None:
     assert code == 0
     assert "not exported: GpuTelemetryStale" in err
     assert PROMTOOL is not None
-    checked = subprocess.run([PROMTOOL, "check", "rules", str(out)], capture_output=True, text=True, check=False)
+    checked = subprocess.run(
+        [PROMTOOL, "check", "rules", str(out)], capture_output=True, text=True, check=False
+    )
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 

@@ -37,8 +37,12 @@ def results() -> dict[tuple[str, str], list[str]]:
     return out
 
 
-@pytest.mark.parametrize(("path", "index", "name"), _cases(), ids=[f"{p.name}:{n}" for p, _, n in _cases()])
-def test_shipped_rule_unit_test(results: dict[tuple[str, str], list[str]], path: Path, index: int, name: str) -> None:
+@pytest.mark.parametrize(
+    ("path", "index", "name"), _cases(), ids=[f"{p.name}:{n}" for p, _, n in _cases()]
+)
+def test_shipped_rule_unit_test(
+    results: dict[tuple[str, str], list[str]], path: Path, index: int, name: str
+) -> None:
     failures = results[(path.name, name)]
     assert failures == [], "\n".join(failures)
 
@@ -79,7 +83,11 @@ class TestEveryRule:
         def visit(node, inside: str | None) -> None:  # type: ignore[no-untyped-def]
             if isinstance(node, Selector):
                 spec = CATALOG.get(node.metric)
-                if spec is not None and spec.type == "counter" and inside not in ("increase", "rate", "stale"):
+                if (
+                    spec is not None
+                    and spec.type == "counter"
+                    and inside not in ("increase", "rate", "stale")
+                ):
                     bad.append(node.metric)
                 return
             if isinstance(node, Call):
