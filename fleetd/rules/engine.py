@@ -9,9 +9,11 @@ health and ``fleetd_rule_evaluation_failures_total``, never as a page.
 
 from __future__ import annotations
 
+import functools
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, ParamSpec, TypeVar
 
 from fleetd.errors import ConfigError
 from fleetd.logs import get_logger
@@ -33,6 +35,8 @@ from fleetd.rules.state import (
 )
 
 INFO_METRIC = "fleetd_gpu_info"
+P = ParamSpec("P")
+R = TypeVar("R")
 RuleHealthState = Literal["ok", "err", "unknown"]
 _log = get_logger("rules")
 
@@ -84,8 +88,24 @@ class _RuleRuntime:
     status: RuleStatus = field(default_factory=lambda: RuleStatus(""))
 
 
+def _locked(method: Callable[P, R]) -> Callable[P, R]:
+    """Run a method under the engine's lock: the API reads while the tick evaluates."""
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        engine = args[0]
+        assert isinstance(engine, RuleEngine)
+        with engine._lock:
+            return method(*args, **kwargs)
+
+    return wrapper
+
+
 class RuleEngine:
     """Holds the rules and their alerts; ``evaluate`` is pure apart from updating that state.
+
+    Thread-safe: evaluation, reload, restore and the read methods take one lock, so the HTTP
+    API can read alerts and health while the daemon's tick evaluates.
 
     Args:
         rules: the rule set to run.
@@ -103,6 +123,7 @@ class RuleEngine:
         node: str | None = None,
         timer: Callable[[], float] | None = None,
     ) -> None:
+        self._lock = threading.RLock()
         self.settings = settings or EngineSettings()
         self.node = node
         self._timer = timer
@@ -123,6 +144,7 @@ class RuleEngine:
     def rules(self) -> RuleSet:
         return self._rules
 
+    @_locked
     def reload(self, new_rules: RuleSet) -> None:
         """Swap in ``new_rules``; alerts of rules whose name and labels are unchanged survive.
 
@@ -181,6 +203,7 @@ class RuleEngine:
             resolved_retention_s=self.settings.resolved_retention_s,
         )
 
+    @_locked
     def restore(
         self, entries: Iterable[AlertEntry], *, last_eval_at: float | None, now: float
     ) -> None:
@@ -204,6 +227,7 @@ class RuleEngine:
         _log.info("alert_state_restored", alerts=len(kept), last_eval_at=last_eval_at)
 
     # ------------------------------------------------------------------------------ evaluation
+    @_locked
     def evaluate(self, query: Query, now: float) -> list[Transition]:
         """Evaluate every rule at ``now`` and return the alert transitions, in rule order."""
         started = self._clock()
@@ -387,6 +411,7 @@ class RuleEngine:
         """Pending, firing and recently resolved alerts, by rule order then labels."""
         return [entry.alert for entry in self.entries()]
 
+    @_locked
     def entries(self) -> list[AlertEntry]:
         """Like ``alerts`` with the engine's extra (``no_data_since``)."""
         out: list[AlertEntry] = []
@@ -394,9 +419,11 @@ class RuleEngine:
             out.extend(entry for _, entry in sorted(runtime.alerts.items()))
         return out
 
+    @_locked
     def rule_statuses(self) -> list[RuleStatus]:
         return [runtime.status for runtime in self._runtime.values()]
 
+    @_locked
     def health(self) -> NodeHealth | None:
         """The health verdict of the last evaluation (None before the first)."""
         return self._health
@@ -405,6 +432,7 @@ class RuleEngine:
     def last_eval_at(self) -> float | None:
         return self._last_eval_at
 
+    @_locked
     def take_changes(self) -> StateChanges:
         """Alert rows to write or delete since the last call (for ``AlertStateStore.save``)."""
         dirty, self._dirty = self._dirty, {}

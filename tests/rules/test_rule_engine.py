@@ -301,3 +301,32 @@ def test_alert_state_round_trips_through_postgresql(
         assert entry.alert.state == R
     finally:
         db.dispose()
+
+
+def test_the_api_can_read_while_the_tick_evaluates(tmp_path: Path, node: Node) -> None:
+    """Readers take the engine's lock: no 'dictionary changed size' under concurrency."""
+    import threading
+
+    engine = engine_for(tmp_path, HOT)
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def read() -> None:
+        try:
+            while not done.is_set():
+                engine.alerts()
+                engine.health()
+                engine.rule_statuses()
+        except BaseException as exc:  # pragma: no cover - the failure being tested for
+            errors.append(exc)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for i in range(200):
+            node.temps = {0: 99.0 if i % 7 else 70.0, 1: 99.0 if i % 5 else 70.0}
+            run(engine, node, 1)
+    finally:
+        done.set()
+        reader.join()
+    assert errors == []
