@@ -208,6 +208,7 @@ class RuleEngine:
         self, entries: Iterable[AlertEntry], *, last_eval_at: float | None, now: float
     ) -> None:
         """Resume alert state saved before a restart (see ``fleetd.rules.state.restore``)."""
+        entries = list(entries)
         kept = restore(
             entries,
             last_eval_at=last_eval_at,
@@ -217,6 +218,10 @@ class RuleEngine:
             for_grace_period_s=self.settings.for_grace_period_s,
             resolved_retention_s=self.settings.resolved_retention_s,
         )
+        kept_keys = {entry.alert.key for entry in kept}
+        for entry in entries:
+            if entry.alert.key not in kept_keys:
+                self._dirty[entry.alert.key] = None  # stale rows must not come back next time
         for entry in kept:
             runtime = self._runtime.get(entry.alert.key.rule)
             if runtime is None:
