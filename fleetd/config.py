@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from fleetd.alert.config import AlertingConfig
 from fleetd.configbase import Duration, StrictModel, load_file
 from fleetd.rules.config import RulesConfig
 
@@ -100,6 +101,7 @@ class FleetdConfig(StrictModel):
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     vllm: VllmConfig = Field(default_factory=VllmConfig)
     rules: RulesConfig = Field(default_factory=RulesConfig)
+    alerting: AlertingConfig = Field(default_factory=AlertingConfig)
 
 
 def load_config(path: str | Path) -> FleetdConfig:

@@ -24,7 +24,11 @@ schema_version_table = Table(
     Column("fleetd_version", String(32), nullable=False),
 )
 
-TABLE_MODULES: tuple[str, ...] = ("fleetd.store.alert_state",)
+TABLE_MODULES: tuple[str, ...] = (
+    "fleetd.store.outbox",
+    "fleetd.store.silences",
+    "fleetd.store.alert_state",
+)
 """Modules that declare tables on METADATA; imported before the schema is created or checked."""
 
 
