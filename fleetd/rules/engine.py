@@ -234,7 +234,11 @@ class RuleEngine:
     # ------------------------------------------------------------------------------ evaluation
     @_locked
     def evaluate(self, query: Query, now: float) -> list[Transition]:
-        """Evaluate every rule at ``now`` and return the alert transitions, in rule order."""
+        """Evaluate every rule at ``now`` and return the alert transitions, in rule order.
+
+        Pass the same ``query`` object every tick (the daemon's MemoryWindow): range functions
+        are kept incrementally per query object, and a different object starts them over.
+        """
         started = self._clock()
         settings = self.settings
         before = self._assess(query, now)

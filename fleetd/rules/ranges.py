@@ -195,6 +195,11 @@ class RangeMirror:
             found = query.window(fn, metric, matchers, window=window, now=now)
             return {series_key.labels: value for series_key, value in found.items()}
         if query is not self._query or (self._tick is not None and now < self._tick):
+            if self._query is not None:
+                _log.info(
+                    "range_mirror_restarted",
+                    reason="new query" if query is not self._query else "time went back",
+                )
             self._groups.clear()
             self._query = query
         self._tick = now
