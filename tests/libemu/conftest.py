@@ -25,6 +25,8 @@ from fleetd.sim.libemu import (
     build_library,
 )
 
+from .pollers import polled  # noqa: F401 - a fixture for the backend and alert tests
+
 
 @pytest.fixture(scope="session")
 def emulated_library(tmp_path_factory: pytest.TempPathFactory) -> EmulatedLibrary:

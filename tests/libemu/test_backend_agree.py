@@ -3,13 +3,12 @@
 ``AmdSmiBackend(SimulatedAmdSmi(node))`` and ``AmdSmiBackend(amdsmi)`` — the real package over
 the emulated library answering from the same node — must record the same identities, the
 same readings (values, missing reasons) and the same per-GPU status, for every fault class
-and every shipped scenario. (Alert agreement follows once the rules engine is on main.)
+and every shipped scenario (alerts: test_alerts_agree.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -17,63 +16,13 @@ import pytest
 
 from fleetd.clock import FakeClock
 from fleetd.collect.amdsmi_backend import AmdSmiBackend
-from fleetd.collect.collectors import default_collectors
-from fleetd.collect.poller import Poller
 from fleetd.model import Snapshot
 from fleetd.sim import SimNode, SimulatedAmdSmi, build_node, start_scenario
 from fleetd.sim.libemu import SimProvider
 from fleetd.sim.scenario import scenario_names
 
+from .pollers import GPU_TIMEOUT, HUNG_GPU_TIMEOUT, Pair, make_poller
 from .test_fault_catalogue import FAULT_CASES
-
-GPU_TIMEOUT = 0.3  # real seconds a hung GPU may hold a poll (only the hung-call cases wait)
-
-
-@dataclass
-class Pair:
-    """One node polled through the stand-in and through the real package."""
-
-    clock: FakeClock
-    node: SimNode
-    pollers: tuple[Poller, Poller]
-    backends: tuple[AmdSmiBackend, AmdSmiBackend]
-
-    def poll(self) -> tuple[Snapshot, Snapshot]:
-        now = self.clock.now()
-        return self.pollers[0].poll(now), self.pollers[1].poll(now)
-
-
-def _poller(backend: AmdSmiBackend, clock: FakeClock) -> Poller:
-    return Poller(
-        backend,
-        default_collectors(processes_interval=30.0),
-        node="emulated",
-        gpu_timeout=GPU_TIMEOUT,
-        timer=clock.monotonic,
-    )
-
-
-@pytest.fixture
-def polled(
-    clock: FakeClock, real_amdsmi: ModuleType, attach: Callable[[SimNode], SimProvider]
-) -> Iterator[Callable[[SimNode], Pair]]:
-    pairs: list[Pair] = []
-
-    def make(node: SimNode) -> Pair:
-        attach(node)
-        backends = (AmdSmiBackend(SimulatedAmdSmi(node)), AmdSmiBackend(real_amdsmi))
-        pair = Pair(clock, node, tuple(_poller(b, clock) for b in backends), backends)  # type: ignore[arg-type]
-        pairs.append(pair)
-        return pair
-
-    try:
-        yield make
-    finally:
-        for pair in pairs:
-            pair.node.release_hangs()
-            for poller, backend in zip(pair.pollers, pair.backends, strict=True):
-                poller.close()
-                backend.close()
 
 
 def assert_same(stand_in: Snapshot, real: Snapshot) -> None:
@@ -87,9 +36,7 @@ def assert_same(stand_in: Snapshot, real: Snapshot) -> None:
     assert stand_in == real  # order, timestamps, collector results too
 
 
-def test_identities_and_a_healthy_poll_agree(
-    clock: FakeClock, polled: Callable[[SimNode], Pair]
-) -> None:
+def test_identities_and_a_healthy_poll_agree(clock: FakeClock, polled: Callable[..., Pair]) -> None:
     node = build_node("MI300X", seed=2, clock=clock)
     node.set_load(None, 0.5)
     pair = polled(node)
@@ -107,12 +54,12 @@ def test_identities_and_a_healthy_poll_agree(
 
 @pytest.mark.parametrize("kind", sorted(FAULT_CASES))
 def test_every_fault_polls_the_same(
-    kind: str, clock: FakeClock, polled: Callable[[SimNode], Pair]
+    kind: str, clock: FakeClock, polled: Callable[..., Pair]
 ) -> None:
     node = build_node("MI355X", seed=6, clock=clock)
     node.set_load(None, 0.6)
     node.add_process(5, pid=5005, name="vllm-worker-5", vram_bytes=120 << 30)
-    pair = polled(node)
+    pair = polled(node, gpu_timeout=HUNG_GPU_TIMEOUT if kind == "hung_call" else GPU_TIMEOUT)
     clock.advance(5)
     assert_same(*pair.poll())
     node.inject(5, kind, **FAULT_CASES[kind])
@@ -127,7 +74,7 @@ def test_every_fault_polls_the_same(
 
 @pytest.mark.parametrize("name", scenario_names())
 def test_every_scenario_polls_the_same(
-    name: str, clock: FakeClock, polled: Callable[[SimNode], Pair]
+    name: str, clock: FakeClock, polled: Callable[..., Pair]
 ) -> None:
     node, runner = start_scenario(name, clock)
     pair = polled(node)
@@ -141,7 +88,7 @@ def test_every_scenario_polls_the_same(
 
 
 def test_traps_reach_fleetd_as_missing_readings_on_the_real_package(
-    clock: FakeClock, polled: Callable[[SimNode], Pair]
+    clock: FakeClock, polled: Callable[..., Pair]
 ) -> None:
     """Raw sentinels, "N/A" and NOT_SUPPORTED become missing readings, never fake values."""
     node = build_node("MI355X", seed=9, clock=clock)
@@ -184,7 +131,7 @@ def test_a_backend_reset_and_rediscovery_agree_on_twin_nodes(
         node.inject(3, "ecc_uncorrectable")
     attach(twins[1])
     backends = [AmdSmiBackend(SimulatedAmdSmi(twins[0])), AmdSmiBackend(real_amdsmi)]
-    pollers = [_poller(b, clock) for b in backends]
+    pollers = [make_poller(b, clock, GPU_TIMEOUT) for b in backends]
     try:
         clock.advance(5)
         assert backends[0].compute_processes() == backends[1].compute_processes() == [4321]
