@@ -166,6 +166,11 @@ def gpu_calls(a: Any, h: Any, peer: Any) -> Calls:
     calls["type_check:ecc_count_int"] = lambda: a.amdsmi_get_gpu_ecc_count(h, 1)
     calls["type_check:memory_total_int"] = lambda: a.amdsmi_get_gpu_memory_total(h, 0)
     calls["type_check:handle_int"] = lambda: a.amdsmi_get_power_info(h.value)
+    calls["type_check:nearest_untyped"] = lambda: a.amdsmi_get_link_topology_nearest(h.value, 2)
+    calls["type_check:event_reader_int"] = lambda: a.AmdSmiEventReader(h, [2])
+    calls["type_check:event_reader_handle_int"] = lambda: a.AmdSmiEventReader(
+        h.value, [a.AmdSmiEvtNotificationType.VMFAULT]
+    )
     return calls
 
 
@@ -189,6 +194,8 @@ def node_calls(a: Any, pids: list[int]) -> Calls:
             lambda: a.amdsmi_get_gpu_compute_process_info_by_pid(999_999)
         ),
         "type_check:pid_str": lambda: a.amdsmi_get_gpu_compute_process_info_by_pid("1"),
+        "type_check:bdf_none": lambda: a.amdsmi_get_processor_handle_from_bdf(None),
+        "type_check:socket_int": lambda: a.amdsmi_get_socket_info(1),
         "type_check:init_int": lambda: a.amdsmi_init(2),
     }
     for pid in pids:
