@@ -82,8 +82,8 @@ class SimProvider:
         if argtypes is None:
             argtypes = tuple(getattr(self.wrapper, symbol).argtypes)
             self._argtypes[symbol] = argtypes
-        if len(argtypes) != len(raw):
-            raise SmiStatusError(w.AMDSMI_STATUS_INVAL)
+        if len(argtypes) != len(raw):  # the library was built from another wrapper
+            raise ValueError(f"{len(raw)} arguments, the wrapper declares {len(argtypes)}")
         return [decode_argument(kind, value) for kind, value in zip(argtypes, raw, strict=True)]
 
     # ------------------------------------------------------------------ lifecycle, discovery
