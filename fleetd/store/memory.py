@@ -122,18 +122,33 @@ class MemoryWindow:
     def load(self, data: Mapping[SeriesKey, Sequence[Sample]], *, complete_after: float) -> None:
         """Warm the window (at start-up) with every stored sample later than ``complete_after``."""
         for key, samples in data.items():
-            by_labels = self._metrics.setdefault(key.metric, {})
-            series = by_labels.get(key.labels)
-            if series is None:
-                series = by_labels[key.labels] = _Series(key)
-                self._versions[key.metric] = self._versions.get(key.metric, 0) + 1
-            before = len(series.ts)
-            for ts, value in samples:
-                if ts > complete_after:
-                    series.put(functions.normalize_ts(ts), float(value))
-            self._samples += len(series.ts) - before
-        if self._complete_after is None or complete_after < self._complete_after:
-            self._complete_after = complete_after
+            self.load_columns(
+                key,
+                [s.ts for s in samples if s.ts > complete_after],
+                [s.value for s in samples if s.ts > complete_after],
+            )
+        self.mark_complete_after(complete_after)
+
+    def load_columns(self, key: SeriesKey, ts: Sequence[float], values: Sequence[float]) -> None:
+        """Merge stored samples of one series (time-sorted columns) into the window."""
+        by_labels = self._metrics.setdefault(key.metric, {})
+        series = by_labels.get(key.labels)
+        if series is None:
+            series = by_labels[key.labels] = _Series(key)
+            self._versions[key.metric] = self._versions.get(key.metric, 0) + 1
+        before = len(series.ts)
+        if not series.ts or (ts and ts[0] > series.ts[-1]):
+            series.ts.extend(functions.normalize_ts(t) for t in ts)
+            series.values.extend(float(v) for v in values)
+        else:
+            for t, v in zip(ts, values, strict=True):
+                series.put(functions.normalize_ts(t), float(v))
+        self._samples += len(series.ts) - before
+
+    def mark_complete_after(self, when: float) -> None:
+        """Declare that every sample later than ``when`` has been loaded or appended."""
+        if self._complete_after is None or when < self._complete_after:
+            self._complete_after = when
 
     def prune(self, now: float) -> None:
         """Forget samples at or before ``now - retention``; series left empty are dropped."""
