@@ -29,16 +29,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fleetd.model import Reading, make_labels  # noqa: E402
-from fleetd.query import Matcher  # noqa: E402
-from fleetd.store.config import StoreConfig  # noqa: E402
-from fleetd.store.db import Database, sqlite_url  # noqa: E402
-from fleetd.store.functions import Buckets, Summary  # noqa: E402
-from fleetd.store.maintenance import Maintenance  # noqa: E402
-from fleetd.store.reader import encode_buckets  # noqa: E402
-from fleetd.store.samples import SampleStore  # noqa: E402
-from fleetd.store.tables import rollup_table  # noqa: E402
-from fleetd.store.watermarks import DELETED_UNTIL, ROLLUP_UNTIL  # noqa: E402
+from fleetd.model import Reading, make_labels
+from fleetd.query import Matcher
+from fleetd.store.config import StoreConfig
+from fleetd.store.db import Database, sqlite_url
+from fleetd.store.functions import Buckets, Summary
+from fleetd.store.maintenance import Maintenance
+from fleetd.store.reader import encode_buckets
+from fleetd.store.samples import SampleStore
+from fleetd.store.tables import rollup_table
+from fleetd.store.watermarks import DELETED_UNTIL, ROLLUP_UNTIL
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 GPUS = 8
@@ -113,10 +113,7 @@ def table_bytes(db: Database) -> dict[str, int]:
 
 def run_maintenance(jobs: Maintenance, fn: str, now: float) -> None:
     while True:
-        if fn == "compact":
-            done = jobs.compact(now)
-        else:
-            done = jobs.rollup(60, now)
+        done = jobs.compact(now) if fn == "compact" else jobs.rollup(60, now)
         if not done:
             return
 
