@@ -222,7 +222,7 @@ class Database:
         with self.begin() as conn:
             free = int(conn.exec_driver_sql("PRAGMA freelist_count").scalar_one())
             if free:
-                conn.exec_driver_sql(f"PRAGMA incremental_vacuum({int(pages)})").fetchall()
+                conn.exec_driver_sql(f"PRAGMA incremental_vacuum({int(pages)})")
         return free
 
     def dispose(self) -> None:
