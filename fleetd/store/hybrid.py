@@ -147,9 +147,7 @@ class HybridQuery:
         if split is not None and start - lookback >= split:
             return self.memory.range(metric, matchers, start=start, end=end, step=step, agg=agg)
         try:
-            stored = self.database.range(
-                metric, matchers, start=start, end=end, step=step, agg=agg
-            )
+            stored = self.database.range(metric, matchers, start=start, end=end, step=step, agg=agg)
         except DATABASE_ERRORS as exc:
             self._failed(exc, "range")
             return self.memory.range(metric, matchers, start=start, end=end, step=step, agg=agg)
