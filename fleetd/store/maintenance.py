@@ -106,6 +106,7 @@ class Maintenance:
             report.compacted_rows
             or any(report.rolled_series.values())
             or report.deleted_chunks
+            or report.deleted_events
             or report.budget_dropped_bytes
         )
         return report
@@ -378,7 +379,8 @@ class Maintenance:
         """Over budget: drop one batch of the oldest data of every tier; returns bytes dropped."""
         budget = self.config.disk_budget_bytes
         size = self.db.size_bytes()
-        self.disk_bytes = self.db.file_bytes() if self.db.file_bytes() is not None else size
+        on_disk = self.db.file_bytes()
+        self.disk_bytes = size if on_disk is None else on_disk
         if budget is None or size is None or size <= budget:
             if self._over_budget and size is not None:
                 log.info("store_disk_budget_ok", size_bytes=size, budget_bytes=budget)
