@@ -13,7 +13,9 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from fleetd.alert.config import AlertingConfig
 from fleetd.configbase import Duration, StrictModel, load_file
+from fleetd.rules.config import RulesConfig
 from fleetd.store.config import StoreConfig
 
 DEFAULT_CONFIG_PATH = Path("/etc/fleetd/fleetd.yaml")
@@ -99,6 +101,8 @@ class FleetdConfig(StrictModel):
     http: HttpConfig = Field(default_factory=HttpConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     vllm: VllmConfig = Field(default_factory=VllmConfig)
+    rules: RulesConfig = Field(default_factory=RulesConfig)
+    alerting: AlertingConfig = Field(default_factory=AlertingConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
 
 

@@ -367,12 +367,155 @@ SELF_METRICS: tuple[MetricSpec, ...] = (
     _m(
         "fleetd_config_last_reload_success", "gauge", "", "1 when the last config reload succeeded."
     ),
-    _m("process_cpu_seconds_total", "counter", "seconds", "fleetd's own CPU time."),
-    _m("process_resident_memory_bytes", "gauge", "bytes", "fleetd's own resident memory."),
-    _m("process_virtual_memory_bytes", "gauge", "bytes", "fleetd's own virtual memory."),
-    _m("process_start_time_seconds", "gauge", "seconds", "When fleetd started (Unix time)."),
-    _m("process_open_fds", "gauge", "", "File descriptors fleetd holds open."),
-    _m("process_max_fds", "gauge", "", "fleetd's file-descriptor limit."),
+    # fleetd's own process, exported by prometheus_client's ProcessCollector with its help texts
+    _m(
+        "process_cpu_seconds_total",
+        "counter",
+        "seconds",
+        "Total user and system CPU time spent in seconds.",
+    ),
+    _m("process_resident_memory_bytes", "gauge", "bytes", "Resident memory size in bytes."),
+    _m("process_virtual_memory_bytes", "gauge", "bytes", "Virtual memory size in bytes."),
+    _m(
+        "process_start_time_seconds",
+        "gauge",
+        "seconds",
+        "Start time of the process since unix epoch in seconds.",
+    ),
+    _m("process_open_fds", "gauge", "", "Number of open file descriptors."),
+    _m("process_max_fds", "gauge", "", "Maximum number of open file descriptors."),
+)
+
+RULE_METRICS: tuple[MetricSpec, ...] = (
+    _m(
+        "fleetd_gpu_health",
+        "gauge",
+        "",
+        "GPU health as a state set: 1 for the current state (healthy, degraded, unhealthy, unknown), 0 for the others.",
+        *GPU,
+        "state",
+    ),
+    _m(
+        "fleetd_gpu_health_data_age_seconds",
+        "gauge",
+        "seconds",
+        "Age of the newest telemetry behind the GPU's health verdict.",
+        *GPU,
+    ),
+    _m(
+        "fleetd_node_health",
+        "gauge",
+        "",
+        "Node health as a state set (worst of its GPUs and node-level alerts): 1 for the current state.",
+        "state",
+    ),
+    _m(
+        "fleetd_node_health_data_age_seconds",
+        "gauge",
+        "seconds",
+        "Age of the oldest GPU telemetry behind the node's health verdict.",
+    ),
+    _m(
+        "fleetd_alerts",
+        "gauge",
+        "",
+        "Alerts by severity and state (pending, firing).",
+        "severity",
+        "state",
+    ),
+    _m(
+        "fleetd_rule_health",
+        "gauge",
+        "",
+        "1 when the rule's last evaluation succeeded, 0 when it failed (a rule problem, never a page).",
+        "rule",
+    ),
+    _m(
+        "fleetd_rule_evaluation_failures_total",
+        "counter",
+        "",
+        "Evaluations of the rule that failed.",
+        "rule",
+    ),
+    _m(
+        "fleetd_rule_evaluation_duration_seconds",
+        "gauge",
+        "seconds",
+        "Wall time of the last evaluation of all rules.",
+    ),
+    _m("fleetd_rules_loaded", "gauge", "", "Rules the engine is running."),
+    _m(
+        "fleetd_rule_reloads_total",
+        "counter",
+        "",
+        "Rule reloads by result: success, failure.",
+        "result",
+    ),
+    _m(
+        "fleetd_rules_last_reload_success",
+        "gauge",
+        "",
+        "1 when the last rule reload succeeded (or none was tried).",
+    ),
+)
+
+ALERT_METRICS: tuple[MetricSpec, ...] = (
+    _m(
+        "fleetd_alert_notifications_sent_total",
+        "counter",
+        "",
+        "Notifications delivered, per receiver and integration (kind/index).",
+        "receiver",
+        "integration",
+    ),
+    _m(
+        "fleetd_alert_notifications_failed_total",
+        "counter",
+        "",
+        "Notifications given up on: rejected by the receiver (4xx other than 429) or still failing after the give-up time.",
+        "receiver",
+        "integration",
+    ),
+    _m(
+        "fleetd_alert_notifications_retried_total",
+        "counter",
+        "",
+        "Failed attempts scheduled for a retry (5xx, 429, timeouts, network errors).",
+        "receiver",
+        "integration",
+    ),
+    _m(
+        "fleetd_alert_config_errors_total",
+        "counter",
+        "",
+        "Notifications the receiver rejected as wrong (4xx other than 408/429): a configuration error.",
+        "receiver",
+        "integration",
+    ),
+    _m(
+        "fleetd_alert_receiver_rejecting",
+        "gauge",
+        "",
+        "1 while the receiver's last answer was a rejection (configuration error), 0 after a success.",
+        "receiver",
+        "integration",
+    ),
+    _m(
+        "fleetd_alert_outbox_pending",
+        "gauge",
+        "",
+        "Notifications waiting in the outbox (outbox depth).",
+        "receiver",
+        "integration",
+    ),
+    _m(
+        "fleetd_alert_outbox_oldest_pending_age_seconds",
+        "gauge",
+        "seconds",
+        "Age of the oldest notification waiting in the outbox; 0 when none waits.",
+        "receiver",
+        "integration",
+    ),
 )
 
 STORE_METRICS: tuple[MetricSpec, ...] = (
@@ -423,7 +566,14 @@ STORE_METRICS: tuple[MetricSpec, ...] = (
 
 CATALOG: dict[str, MetricSpec] = {
     spec.name: spec
-    for group in (GPU_METRICS, VLLM_METRICS, SELF_METRICS, STORE_METRICS)
+    for group in (
+        GPU_METRICS,
+        VLLM_METRICS,
+        SELF_METRICS,
+        RULE_METRICS,
+        ALERT_METRICS,
+        STORE_METRICS,
+    )
     for spec in group
 }
 

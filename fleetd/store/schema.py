@@ -25,6 +25,9 @@ schema_version_table = Table(
 )
 
 TABLE_MODULES: tuple[str, ...] = (
+    "fleetd.store.outbox",
+    "fleetd.store.silences",
+    "fleetd.store.alert_state",
     "fleetd.store.tables",
     "fleetd.store.events",
 )
