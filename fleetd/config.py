@@ -16,6 +16,7 @@ from pydantic import Field, field_validator
 from fleetd.alert.config import AlertingConfig
 from fleetd.configbase import Duration, StrictModel, load_file
 from fleetd.rules.config import RulesConfig
+from fleetd.store.config import StoreConfig
 
 DEFAULT_CONFIG_PATH = Path("/etc/fleetd/fleetd.yaml")
 DEFAULT_STATE_DIR = Path("/var/lib/fleetd")
@@ -102,6 +103,7 @@ class FleetdConfig(StrictModel):
     vllm: VllmConfig = Field(default_factory=VllmConfig)
     rules: RulesConfig = Field(default_factory=RulesConfig)
     alerting: AlertingConfig = Field(default_factory=AlertingConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
 
 
 def load_config(path: str | Path) -> FleetdConfig:

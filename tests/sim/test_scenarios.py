@@ -73,11 +73,9 @@ def test_demo_shows_faults_one_after_another_and_a_reset_clears_gpu3() -> None:
     assert seen == [1, 2, 3, 4, 5, 6, 7, 0]  # one after another, on different GPUs
     umc = a.AmdSmiGpuBlock.UMC
     assert a.amdsmi_get_gpu_ecc_count(h[3], umc)["uncorrectable_count"] == 1
-    assert len(a.amdsmi_get_gpu_compute_process_info()) == 8
     a.amdsmi_reset_gpu(h[3])
     assert node.reset_count() == 1
     assert a.amdsmi_get_gpu_ecc_count(h[3], umc)["uncorrectable_count"] == 0
-    assert a.amdsmi_get_gpu_compute_process_info() == []
 
 
 def test_healthy_day_stays_healthy_and_load_varies() -> None:

@@ -1,0 +1,482 @@
+"""The daemon: builds every part from the config and runs the tick and the scheduled jobs.
+
+This is the only module with threads, the scheduler and the real clock. One tick:
+
+    now = clock.now() → Poller.poll(now) → MemoryWindow + store (one transaction)
+        → RuleEngine.evaluate(query, now) → transitions → Dispatcher.submit (durable)
+                                                      → Remediation.handle
+
+Other jobs (APScheduler, each ``max_instances=1`` and ``coalesce=True`` so a job never
+overlaps itself and a late run is counted, not stacked): vLLM scrape, alert delivery,
+remediation, store maintenance, GPU rediscovery, fleet heartbeat. A failing job logs and
+counts its failure; it never stops the others.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any, TextIO
+
+import requests
+from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobExecutionEvent
+from apscheduler.schedulers.background import BackgroundScheduler
+from prometheus_client import CollectorRegistry
+
+from fleetd import __version__
+from fleetd.alert.dispatch import Dispatcher
+from fleetd.api.server import HttpServer, Request, Response, Router
+from fleetd.clock import Clock
+from fleetd.collect.amdsmi_backend import AmdSmiBackend, load_amdsmi
+from fleetd.collect.collectors import default_collectors
+from fleetd.collect.exporter import FleetdExporter
+from fleetd.collect.poller import Poller
+from fleetd.collect.vllm import TokensPerJouleTracker, VllmScraper
+from fleetd.config import FleetdConfig, load_config
+from fleetd.errors import ConfigError
+from fleetd.logs import get_logger
+from fleetd.model import HealthState, Reading, Snapshot, Transition
+from fleetd.remedy.dispatcher_sink import DispatcherSink
+from fleetd.remedy.service import Remediation
+from fleetd.remedy.wiring import build_remediation
+from fleetd.rules.config import engine_settings, load_rules
+from fleetd.rules.engine import RuleEngine
+from fleetd.rules.metrics import rule_readings
+from fleetd.rules.state import StateChanges
+from fleetd.sdnotify import Notifier, watchdog_interval
+from fleetd.sim import ScenarioRunner, SimNode, SimulatedAmdSmi, build_node, load_scenario
+from fleetd.store.alert_state import AlertStateStore
+from fleetd.store.hybrid import HybridQuery, warm_memory
+from fleetd.store.memory import MemoryWindow
+from fleetd.store.metrics import store_readings
+from fleetd.store.resilient import ResilientStore
+
+log = get_logger("daemon")
+
+REDISCOVER_INTERVAL_S = 30.0
+
+
+@dataclass
+class SimContext:
+    """The simulated node behind a ``--simulate`` daemon, and its scenario."""
+
+    node: SimNode
+    runner: ScenarioRunner | None
+
+
+def open_backend(config: FleetdConfig, clock: Clock) -> tuple[AmdSmiBackend, SimContext | None]:
+    """The real amdsmi library, or the simulator when the config asks for it.
+
+    Raises BackendError (one clear line) when amdsmi cannot be loaded.
+    """
+    settings = config.backend
+    if settings.kind == "amdsmi":
+        return AmdSmiBackend(load_amdsmi()), None
+    scenario = load_scenario(settings.scenario) if settings.scenario else None
+    model = scenario.model if scenario is not None else settings.simulated_model
+    seed = scenario.seed if scenario is not None and settings.seed == 0 else settings.seed
+    node = build_node(model, seed=seed, clock=clock)
+    runner = ScenarioRunner(node, scenario, start=clock.now()) if scenario is not None else None
+    return AmdSmiBackend(SimulatedAmdSmi(node)), SimContext(node, runner)
+
+
+class SerialPoller:
+    """The one Poller, shared by the tick and remediation's verification, never overlapped."""
+
+    def __init__(self, poller: Poller) -> None:
+        self._poller = poller
+        self._lock = threading.Lock()
+
+    def poll(self, now: float) -> Snapshot:
+        with self._lock:
+            return self._poller.poll(now)
+
+    def close(self) -> None:
+        with self._lock:
+            self._poller.close()
+
+
+class Daemon:
+    """Everything fleetd runs on one node; ``start`` → ``run_until_stopped`` → ``stop``."""
+
+    def __init__(
+        self,
+        config: FleetdConfig,
+        *,
+        clock: Clock,
+        config_path: Path | None = None,
+        notifier: Notifier | None = None,
+        backend: AmdSmiBackend | None = None,
+        sim: SimContext | None = None,
+        time_scale: float = 1.0,
+        on_tick: Callable[[Daemon, Snapshot, list[Transition]], None] | None = None,
+        console_stream: TextIO | None = None,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.config_path = config_path
+        self.notifier = notifier or Notifier()
+        self.time_scale = time_scale
+        self.on_tick = on_tick
+        self.console_stream = console_stream
+        self._stop = threading.Event()
+        self._reload_requested = threading.Event()
+        self._started = False
+        self._ready_sent = False
+        self._last_rediscover = 0.0
+        self.last_snapshot: Snapshot | None = None
+        self._unsaved: list[StateChanges] = []
+
+        if backend is None:
+            backend, sim = open_backend(config, clock)
+        self.backend = backend
+        self.sim = sim
+        node = config.node.name
+        self.poller = SerialPoller(
+            Poller(
+                backend,
+                default_collectors(processes_interval=config.poll.slow_interval),
+                node=node,
+                gpu_timeout=config.poll.gpu_timeout,
+                timer=clock.monotonic,
+            )
+        )
+        self.registry = CollectorRegistry()
+        self.exporter = FleetdExporter(self.registry, version=__version__)
+        self.memory = MemoryWindow(config.store.memory_retention)
+        self.store = ResilientStore(
+            config.store.database_url(config.state_dir), config.store, node=node
+        )
+        self.query: HybridQuery | None = None
+        self.engine = RuleEngine(
+            load_rules(config.rules),
+            engine_settings(config.rules, config.poll.interval),
+            node=node,
+            timer=clock.monotonic,
+        )
+        self.session = requests.Session()
+        self.vllm = (
+            VllmScraper(config.vllm.workers, self.session, timeout=config.vllm.timeout)
+            if config.vllm.workers
+            else None
+        )
+        self.tokens = TokensPerJouleTracker(config.vllm.workers)
+        self.dispatcher: Dispatcher | None = None
+        self.remediation: Remediation | None = None
+        self.scheduler = BackgroundScheduler(
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
+            timezone="UTC",
+        )
+        self.router = Router()
+        self.http: HttpServer | None = None
+
+    # ------------------------------------------------------------------------------ start / stop
+    def start(self) -> None:
+        """Open storage, restore state, serve HTTP, run the first poll, start the jobs."""
+        now = self.clock.now()
+        self.notifier.status("starting")
+        self.store.open(now)
+        db = self.store.db
+        if db is None:
+            raise SystemExit(
+                f"fleetd: cannot open the state database: {self.store.health().reason}"
+            )
+        if self.store.samples is not None:
+            loaded = warm_memory(self.memory, self.store, now=now)
+            log.info("memory_window_warmed", samples=loaded)
+        self.query = HybridQuery(self.memory, self.store)
+        self.alert_state = AlertStateStore(db)
+        entries, last_eval_at = self.alert_state.load()
+        self.engine.restore(entries, last_eval_at=last_eval_at, now=now)
+        self.dispatcher = Dispatcher(
+            self.config.alerting,
+            db,
+            node=self.config.node.name,
+            now=now,
+            session=self.session,
+            stream=self.console_stream,
+        )
+        sink = DispatcherSink(self.dispatcher, node=self.config.node.name)
+        self.remediation = build_remediation(
+            self.config,
+            db=db,
+            backend=self.backend,
+            poller=self.poller,
+            clock=self.clock,
+            sink=sink,
+            events=self.store,
+        )
+        self.remediation.recover(now)
+        self._mount_routes()
+        http = self.config.http
+        self.http = HttpServer(
+            self.router, http.bind, http.port, tls_cert=http.tls_cert, tls_key=http.tls_key
+        )
+        self.http.start()
+        log.info("http_listening", address=self.http.address)
+        self.tick()
+        self._schedule()
+        self.scheduler.start()
+        self._started = True
+        log.info("fleetd_started", node=self.config.node.name, gpus=len(self.backend.gpus()))
+
+    def _interval(self, seconds: float) -> float:
+        return max(seconds / self.time_scale, 0.05)
+
+    def _schedule(self) -> None:
+        cfg = self.config
+        add = self.scheduler.add_job
+        add(self._job(self.tick), "interval", seconds=self._interval(cfg.poll.interval), id="poll")
+        add(self._job(self.deliver), "interval", seconds=self._interval(1.0), id="deliver")
+        add(self._job(self.remediate), "interval", seconds=self._interval(1.0), id="remediate")
+        add(
+            self._job(self.maintain),
+            "interval",
+            seconds=self._interval(cfg.store.maintenance_interval),
+            id="store",
+        )
+        if self.vllm is not None:
+            add(
+                self._job(self.scrape_vllm),
+                "interval",
+                seconds=self._interval(cfg.vllm.scrape_interval),
+                id="vllm",
+            )
+        self.scheduler.add_listener(self._on_missed, EVENT_JOB_MAX_INSTANCES)
+
+    def _job(self, body: Callable[[], None]) -> Callable[[], None]:
+        name = body.__name__
+
+        def run() -> None:
+            try:
+                body()
+            except Exception as exc:  # one failing job never stops the others
+                log.exception("job_failed", job=name, error=repr(exc))
+
+        run.__name__ = name
+        return run
+
+    def _on_missed(self, event: JobExecutionEvent) -> None:
+        if event.job_id == "poll":
+            self.exporter.record_missed_poll()
+            log.warning("poll_overrun", detail="previous poll still running; this one skipped")
+
+    def run_until_stopped(self) -> None:
+        """Serve until SIGTERM/SIGINT; SIGHUP reloads the config. Main thread only."""
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGHUP, self._on_signal)
+        while not self._stop.is_set():
+            self._stop.wait(0.5)
+            if self._reload_requested.is_set():
+                self._reload_requested.clear()
+                self.reload()
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if signum == signal.SIGHUP:
+            self._reload_requested.set()
+        else:
+            self._stop.set()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def stop(self) -> None:
+        """Stop the jobs, let a running tick finish, close everything. Safe to call twice."""
+        self.notifier.stopping()
+        self._stop.set()
+        if self.scheduler.running:
+            self.scheduler.shutdown(wait=True)
+        if self.http is not None:
+            self.http.stop()
+            self.http = None
+        if self.dispatcher is not None:
+            self.dispatcher.close()
+        self.poller.close()
+        self.backend.close()
+        self.store.close()
+        self.session.close()
+        log.info("fleetd_stopped")
+
+    # ------------------------------------------------------------------------------ the jobs
+    def tick(self) -> None:
+        """One poll → rules → alerts and remediation → store (one transaction)."""
+        now = self.clock.now()
+        if self.sim is not None and self.sim.runner is not None:
+            for line in self.sim.runner.advance(now):
+                log.info("scenario_step", step=line)
+        snapshot = self.poller.poll(now)
+        self.memory.append(snapshot.readings)
+        self.memory.prune(now)
+        self.exporter.update(snapshot)
+        self.last_snapshot = snapshot
+        assert self.query is not None and self.dispatcher is not None
+        transitions = self.engine.evaluate(self.query, now)
+        # the outbox first: if we die before the state is saved, the restored engine sees the
+        # transition again and the dispatcher (which already has it) does not send it twice
+        self.dispatcher.submit(transitions, now)
+        self._persist_alert_state()
+        if self.remediation is not None:
+            self.remediation.handle(transitions, now)
+        derived = self._publish_self_metrics(now)
+        self.store.append([*snapshot.readings, *derived], now=now)
+        self._report_progress(snapshot)
+        if self.on_tick is not None:
+            self.on_tick(self, snapshot, transitions)
+
+    def _persist_alert_state(self) -> None:
+        """Save alert state; on a storage error keep it and save it with the next tick's."""
+        self._unsaved.append(self.engine.take_changes())
+        try:
+            while self._unsaved:
+                self.alert_state.save(self._unsaved[0])
+                self._unsaved.pop(0)
+        except Exception as exc:
+            log.warning("alert_state_save_failed", pending=len(self._unsaved), error=repr(exc))
+
+    def _publish_self_metrics(self, now: float) -> list[Reading]:
+        """Export rule, alert, store and remediation metrics. Health and storage state also
+        go into the memory window (VllmWorkerDown reads GPU health, FleetdStorageDegraded
+        reads the store) and are returned so the store keeps the health history."""
+        health = rule_readings(self.engine, now)
+        storage = store_readings(self.store.stats(), now)
+        self.memory.append([*health, *storage])
+        self.exporter.update_group("rules", health)
+        self.exporter.update_group("store", storage)
+        if self.dispatcher is not None:
+            self.exporter.update_group("alerts", self.dispatcher.metrics(now))
+        if self.remediation is not None:
+            self.exporter.update_group("remediation", self.remediation.readings(now))
+        return health
+
+    def _report_progress(self, snapshot: Snapshot) -> None:
+        summary = self.status_line(snapshot)
+        if not self._ready_sent:
+            self.notifier.ready(summary)
+            self._ready_sent = True
+        else:
+            self.notifier.status(summary)
+        if watchdog_interval() is not None:
+            self.notifier.watchdog()
+
+    def status_line(self, snapshot: Snapshot) -> str:
+        """One line for systemd's STATUS=: healthy count, problems, storage state."""
+        health = self.engine.health()
+        total = len(snapshot.gpus)
+        if health is None:
+            return f"{total} GPUs polled; rules not evaluated yet"
+        healthy = sum(1 for g in health.gpus if g.health.state == HealthState.HEALTHY)
+        parts = [f"{healthy}/{total} GPUs healthy"]
+        for gpu in health.gpus:
+            if gpu.health.state != HealthState.HEALTHY:
+                parts.append(f"GPU{gpu.index} {gpu.health.state.value}")
+        if self.store.health().degraded:
+            parts.append("storage degraded")
+        return "; ".join(parts)
+
+    def deliver(self) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.tick(self.clock.now())
+
+    def remediate(self) -> None:
+        if self.remediation is not None:
+            self.remediation.tick(self.clock.now())
+
+    def maintain(self) -> None:
+        now = self.clock.now()
+        self.store.maintenance(now)
+        if now - self._last_rediscover >= REDISCOVER_INTERVAL_S and not all(
+            self.backend.present(g.index) for g in self.backend.gpus()
+        ):
+            self._last_rediscover = now
+            found = self.backend.rediscover()
+            log.info("gpus_rediscovered", gpus=len(found))
+
+    def scrape_vllm(self) -> None:
+        if self.vllm is None:
+            return
+        now = self.clock.now()
+        scrape = self.vllm.scrape(now)
+        self.memory.append(scrape.readings)
+        self.store.append(scrape.readings, now=now)
+        derived: list[Any] = []
+        if self.last_snapshot is not None:
+            derived = self.tokens.update(scrape.readings, self.last_snapshot, now)
+            self.memory.append(derived)
+        self.exporter.update_vllm([*scrape.readings, *derived], scrape.failed_workers)
+
+    # ------------------------------------------------------------------------------ reload
+    def reload(self) -> bool:
+        """Re-read fleetd.yaml and the rules; a bad file is rejected and the old config runs."""
+        if self.config_path is None:
+            log.warning("config_reload_skipped", reason="no config file (built-in config)")
+            return False
+        self.notifier.reloading()
+        now = self.clock.now()
+        try:
+            new = load_config(self.config_path)
+            rules = load_rules(new.rules)
+        except ConfigError as exc:
+            problems = [str(p) for p in exc.problems]
+            log.error("config_reload_failed", problems=problems)
+            self.exporter.record_config_reload(False)
+            self.store.append_event(
+                "config_reload",
+                now=now,
+                message="config reload rejected; old config kept",
+                data={"problems": problems},
+            )
+            self.notifier.ready(self.status_line(self.last_snapshot) if self.last_snapshot else "")
+            return False
+        restart_needed = [
+            name
+            for name in ("backend", "http", "store", "state_dir", "node")
+            if getattr(new, name) != getattr(self.config, name)
+        ]
+        self.engine.reload(rules)
+        if self.dispatcher is not None:
+            self.dispatcher.reload(new.alerting, now)
+        if new.poll.interval != self.config.poll.interval and self.scheduler.running:
+            self.scheduler.reschedule_job(
+                "poll", trigger="interval", seconds=self._interval(new.poll.interval)
+            )
+        self.config = new
+        self.exporter.record_config_reload(True)
+        self.store.append_event(
+            "config_reload",
+            now=now,
+            message="config reloaded",
+            data={"restart_needed_for": restart_needed},
+        )
+        if restart_needed:
+            log.warning("config_reload_needs_restart", sections=restart_needed)
+        log.info("config_reloaded", rules=len(rules))
+        self.notifier.ready(self.status_line(self.last_snapshot) if self.last_snapshot else "")
+        return True
+
+    # ------------------------------------------------------------------------------ HTTP
+    def _mount_routes(self) -> None:
+        self.router.add("GET", "/metrics", self._metrics)
+        self.router.add("GET", "/healthz", self._healthz)
+
+    def _metrics(self, _request: Request) -> Response:
+        return Response(200, self.exporter.render(), "text/plain; version=0.0.4; charset=utf-8")
+
+    def _healthz(self, _request: Request) -> Response:
+        """200 while the loop is alive and recent; 503 when polls stopped."""
+        snapshot = self.last_snapshot
+        now = self.clock.now()
+        if snapshot is None:
+            return Response.json({"status": "starting"}, 503)
+        age = now - snapshot.ts
+        limit = 3 * self.config.poll.interval + self.config.poll.gpu_timeout
+        body = {
+            "status": "ok" if age <= limit else "stalled",
+            "last_poll_age_seconds": round(age, 3),
+            "storage": "degraded" if self.store.health().degraded else "ok",
+        }
+        return Response.json(body, 200 if age <= limit else 503)
