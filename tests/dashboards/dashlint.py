@@ -42,6 +42,16 @@ DATASOURCE_REFS = (
     {"type": "prometheus", "uid": "$datasource"},
 )
 GRID_COLUMNS = 24
+# Grafana unit ids (packages/grafana-data/src/valueFormats/categories.ts) a fleetd panel may
+# use; custom units are written "suffix:<text>", "prefix:<text>", "si:<unit>" or "count:<unit>".
+GRAFANA_UNITS = frozenset(
+    {
+        "none", "short", "percent", "percentunit", "celsius", "watt", "kwatt", "joule",
+        "bytes", "decbytes", "Bps", "bps", "hertz", "s", "ms", "dtdurations", "cps", "cpm",
+        "ops", "opm", "reqps", "locale", "string", "volt", "amp",
+    }
+)  # fmt: skip
+CUSTOM_UNIT_RE = re.compile(r"^(suffix|prefix|si|count):.+")
 UID_RE = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
 VARIABLE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DASHBOARD_LINK_RE = re.compile(r"/d/([A-Za-z0-9_-]+)")
@@ -160,6 +170,7 @@ def _panel_problems(dashboard: Mapping[str, Any]) -> list[str]:
             rectangles.append((label, *grid))
         if kind in DATA_PANEL_TYPES:
             problems.extend(_data_panel_problems(panel, label))
+            problems.extend(_unit_problems(panel, label))
     problems.extend(_overlaps(rectangles))
     return problems
 
@@ -184,6 +195,26 @@ def _overlaps(rectangles: Sequence[tuple[str, int, int, int, int]]) -> list[str]
             if ax < bx + bw and bx < ax + aw and ay < by + bh and by < ay + ah:
                 problems.append(f"{a} overlaps {b}")
     return problems
+
+
+def _unit_problems(panel: Mapping[str, Any], label: str) -> list[str]:
+    """A misspelt unit id makes Grafana show bare numbers; catch it here."""
+    field_config = panel.get("fieldConfig")
+    if not isinstance(field_config, dict):
+        return []
+    units = []
+    defaults = field_config.get("defaults")
+    if isinstance(defaults, dict) and "unit" in defaults:
+        units.append(defaults["unit"])
+    for override in field_config.get("overrides") or []:
+        for prop in override.get("properties") or [] if isinstance(override, dict) else []:
+            if isinstance(prop, dict) and prop.get("id") == "unit":
+                units.append(prop.get("value"))
+    return [
+        f"{label}: unit {unit!r} is not a Grafana unit id"
+        for unit in units
+        if not (isinstance(unit, str) and (unit in GRAFANA_UNITS or CUSTOM_UNIT_RE.match(unit)))
+    ]
 
 
 def _data_panel_problems(panel: Mapping[str, Any], label: str) -> list[str]:
@@ -239,6 +270,9 @@ def _variable_problems(dashboard: Mapping[str, Any]) -> list[str]:
                 problems.append(f"{label}: datasource is not the datasource variable")
             if not variable_query(var):
                 problems.append(f"{label}: no query")
+            definition = var.get("definition")
+            if definition is not None and definition != variable_query(var):
+                problems.append(f"{label}: 'definition' differs from the query Grafana runs")
             if var.get("refresh") not in (1, 2):
                 problems.append(f"{label}: refresh must be 1 (on load) or 2 (on time change)")
             for used in referenced_variables(variable_query(var)):

@@ -311,6 +311,24 @@ def _second_panel(d: dict[str, Any]) -> dict[str, Any]:
             "uses $job, which is not defined before it",
         ),
         (lambda d: _second_panel(d)["gridPos"].update(all_panels(d)[2]["gridPos"]), "overlaps"),
+        (
+            lambda d: _second_panel(d)["fieldConfig"]["defaults"].update(unit="celcius"),
+            "unit 'celcius' is not a Grafana unit id",
+        ),
+        (
+            lambda d: _second_panel(d)["fieldConfig"]["overrides"].append(
+                {
+                    "matcher": {"id": "byName", "options": "x"},
+                    "properties": [{"id": "unit", "value": "W"}],
+                }
+            ),
+            "unit 'W' is not a Grafana unit id",
+        ),
+        (lambda d: _second_panel(d)["fieldConfig"]["defaults"].update(unit="suffix: tok/J"), None),
+        (
+            lambda d: d["templating"]["list"][3].update(definition="label_values(x, gpu)"),
+            "'definition' differs",
+        ),
     ],
 )
 def test_structure_problems_are_caught(
@@ -334,7 +352,8 @@ def test_a_link_to_an_unknown_dashboard_is_caught() -> None:
 def test_a_variable_query_with_an_unknown_label_is_caught() -> None:
     name, dashboard = dashboard_named("fleetd-node-detail")
     gpu = next(v for v in dashboard["templating"]["list"] if v["name"] == "gpu")
-    gpu["query"]["query"] = 'label_values(fleetd_gpu_info{instance=~"$node"}, sensor)'
+    gpu["definition"] = 'label_values(fleetd_gpu_info{instance=~"$node"}, sensor)'
+    gpu["query"]["query"] = gpu["definition"]
     problems = problems_of(name, dashboard)
     assert len(problems) == 1 and "label_values of 'sensor'" in problems[0], problems
 
