@@ -14,7 +14,7 @@ from sqlalchemy import Column, Integer, MetaData, String, Table
 
 METADATA = MetaData()
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 schema_version_table = Table(
     "fleetd_schema_version",
@@ -24,7 +24,10 @@ schema_version_table = Table(
     Column("fleetd_version", String(32), nullable=False),
 )
 
-TABLE_MODULES: tuple[str, ...] = ()
+TABLE_MODULES: tuple[str, ...] = (
+    "fleetd.store.tables",
+    "fleetd.store.events",
+)
 """Modules that declare tables on METADATA; imported before the schema is created or checked."""
 
 
