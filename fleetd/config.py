@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from fleetd.configbase import Duration, StrictModel, load_file
+from fleetd.rules.config import RulesConfig
 from fleetd.store.config import StoreConfig
 
 DEFAULT_CONFIG_PATH = Path("/etc/fleetd/fleetd.yaml")
@@ -100,6 +101,7 @@ class FleetdConfig(StrictModel):
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     vllm: VllmConfig = Field(default_factory=VllmConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
+    rules: RulesConfig = Field(default_factory=RulesConfig)
 
 
 def load_config(path: str | Path) -> FleetdConfig:

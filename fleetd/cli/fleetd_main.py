@@ -17,9 +17,10 @@ def main() -> None:
 
 
 def _attach_subcommands() -> None:
-    from fleetd.cli import config_cmd
+    from fleetd.cli import config_cmd, rules_cmd
 
     main.add_command(config_cmd.config)
+    main.add_command(rules_cmd.rules)
 
 
 _attach_subcommands()

@@ -27,6 +27,7 @@ schema_version_table = Table(
 TABLE_MODULES: tuple[str, ...] = (
     "fleetd.store.tables",
     "fleetd.store.events",
+    "fleetd.store.alert_state",
 )
 """Modules that declare tables on METADATA; imported before the schema is created or checked."""
 
