@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from fleetd.alert.config import AlertingConfig
 from fleetd.configbase import Duration, StrictModel, load_file
 from fleetd.rules.config import RulesConfig
 from fleetd.store.config import StoreConfig
@@ -102,6 +103,7 @@ class FleetdConfig(StrictModel):
     vllm: VllmConfig = Field(default_factory=VllmConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     rules: RulesConfig = Field(default_factory=RulesConfig)
+    alerting: AlertingConfig = Field(default_factory=AlertingConfig)
 
 
 def load_config(path: str | Path) -> FleetdConfig:

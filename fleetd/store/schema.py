@@ -28,6 +28,8 @@ TABLE_MODULES: tuple[str, ...] = (
     "fleetd.store.tables",
     "fleetd.store.events",
     "fleetd.store.alert_state",
+    "fleetd.store.outbox",
+    "fleetd.store.silences",
 )
 """Modules that declare tables on METADATA; imported before the schema is created or checked."""
 
