@@ -24,7 +24,7 @@ schema_version_table = Table(
     Column("fleetd_version", String(32), nullable=False),
 )
 
-TABLE_MODULES: tuple[str, ...] = ()
+TABLE_MODULES: tuple[str, ...] = ("fleetd.store.journal",)
 """Modules that declare tables on METADATA; imported before the schema is created or checked."""
 
 
