@@ -1001,7 +1001,9 @@ def _verifying(run: Run, event: Event, now: float) -> Step:
         if run.deadline is not None and now >= run.deadline:
             why = "; ".join(run.last_problems) or "not healthy in time"
             return _verify_failed(run, now, f"{why} (after {s.verify_timeout:g}s)")
-        if isinstance(event, Resumed) or due(run, now):
+        if isinstance(event, Resumed):  # a new process: enumerate again before polling
+            return replace(run, next_at=None, rediscovered=False), [Rediscover()]
+        if due(run, now):
             run = replace(run, next_at=None)
             return run, [PollHealth() if run.rediscovered else Rediscover()]
     return run, []
