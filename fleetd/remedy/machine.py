@@ -664,7 +664,8 @@ def _quarantine(run: Run, now: float, reason: str) -> Step:
 
 def _abort(run: Run, now: float, reason: str, *, page: bool) -> Step:
     """Conclude without a reset. Workers still out of rotation are held and alerted on."""
-    held = run.out_of_rotation()
+    # an undrain that stops short leaves its GPUs to the earlier run that still holds them
+    held = () if run.plan is Plan.UNDRAIN else run.out_of_rotation()
     if held:
         run = _enter(run, RunState.ABORTED, now, holding=True, outcome=reason)
         return run, [
