@@ -30,6 +30,7 @@ TABLE_MODULES: tuple[str, ...] = (
     "fleetd.store.alert_state",
     "fleetd.store.outbox",
     "fleetd.store.silences",
+    "fleetd.store.journal",
 )
 """Modules that declare tables on METADATA; imported before the schema is created or checked."""
 
