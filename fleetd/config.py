@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from fleetd.alert.config import AlertingConfig
+from fleetd.api.config import ApiConfig
 from fleetd.configbase import Duration, StrictModel, load_file
 from fleetd.rules.config import RulesConfig
 from fleetd.store.config import StoreConfig
@@ -104,6 +105,7 @@ class FleetdConfig(StrictModel):
     store: StoreConfig = Field(default_factory=StoreConfig)
     rules: RulesConfig = Field(default_factory=RulesConfig)
     alerting: AlertingConfig = Field(default_factory=AlertingConfig)
+    api: ApiConfig = Field(default_factory=ApiConfig)
 
 
 def load_config(path: str | Path) -> FleetdConfig:

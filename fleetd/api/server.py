@@ -66,12 +66,29 @@ class Response:
 
 
 class HttpError(Exception):
-    """Raise from a handler to answer with a status and a JSON error message."""
+    """Raise from a handler to answer with a status and a JSON error message.
 
-    def __init__(self, status: int, message: str) -> None:
+    ``details`` are extra fields of the JSON body (e.g. every problem of a rejected reload);
+    ``headers`` extra response headers (e.g. ``WWW-Authenticate`` on a 401).
+    """
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        details: dict[str, Any] | None = None,
+        headers: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.details = details or {}
+        self.headers = headers
+
+    def response(self) -> Response:
+        body = Response.json({"error": self.message, **self.details}, self.status)
+        return Response(body.status, body.body, body.content_type, self.headers)
 
 
 Handler = Callable[[Request], Response]
@@ -108,13 +125,14 @@ class Router:
             try:
                 return handler(routed)
             except HttpError as exc:
-                return Response.json({"error": exc.message}, exc.status)
+                return exc.response()
             except Exception as exc:  # a handler bug must not kill the server
                 log.error("http_handler_failed", path=request.path, error=repr(exc))
                 return Response.json({"error": "internal error"}, 500)
         if allowed:
+            body = Response.json({"error": f"method {request.method} not allowed here"}, 405)
             return Response(
-                405, b"method not allowed\n", headers=(("Allow", ", ".join(sorted(allowed))),)
+                405, body.body, body.content_type, (("Allow", ", ".join(sorted(allowed))),)
             )
         return Response.json({"error": f"no such path: {request.path}"}, 404)
 
@@ -126,7 +144,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _handle(self) -> None:
         parts = urlsplit(self.path)
-        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if length < 0:
+            self._send(Response.json({"error": "invalid Content-Length"}, 400))
+            return
         if length > MAX_BODY_BYTES:
             self._send(Response.json({"error": "request body too large"}, 413))
             return
