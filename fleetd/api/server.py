@@ -177,6 +177,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = _handle
 
+    def __getattr__(self, name: str) -> Any:
+        # any other method (OPTIONS, TRACE, …) gets the router's JSON 405/404, not a 501 page
+        if name.startswith("do_"):
+            return self._handle
+        raise AttributeError(name)
+
     def log_message(self, format: str, *args: Any) -> None:
         return  # access logs would flood journald at one scrape per second
 
