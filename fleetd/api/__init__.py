@@ -1,0 +1,1 @@
+"""fleetd's HTTP surface: /metrics, /healthz and the versioned JSON API."""

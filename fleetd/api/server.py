@@ -1,0 +1,201 @@
+"""A small threaded HTTP server with a path router.
+
+The standard library's ThreadingHTTPServer is enough for a per-node agent (a Prometheus scrape
+every few seconds, an occasional fleetctl): no framework, no extra attack surface. Handlers
+are plain functions ``Request -> Response``; a handler that raises gets a 500 with a short
+message and the error is logged, never the traceback on the wire.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import ssl
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from fleetd.logs import get_logger
+
+log = get_logger("http")
+
+MAX_BODY_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]  # lower-case names
+    body: bytes
+    client: str
+    params: dict[str, str] = field(default_factory=dict)
+
+    def json(self) -> Any:
+        """The body as JSON; raises HttpError(400) when it is not."""
+        try:
+            return json.loads(self.body or b"null")
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise HttpError(400, f"request body is not valid JSON: {exc}") from None
+
+    def arg(self, name: str, default: str | None = None) -> str | None:
+        values = self.query.get(name)
+        return values[-1] if values else default
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    status: int
+    body: bytes = b""
+    content_type: str = "text/plain; charset=utf-8"
+    headers: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def json(cls, data: Any, status: int = 200) -> Response:
+        body = json.dumps(data, separators=(",", ":"), default=str).encode()
+        return cls(status, body, "application/json")
+
+    @classmethod
+    def text(cls, text: str, status: int = 200) -> Response:
+        return cls(status, text.encode())
+
+
+class HttpError(Exception):
+    """Raise from a handler to answer with a status and a JSON error message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+Handler = Callable[[Request], Response]
+
+
+class Router:
+    """Maps (method, path pattern) to handlers; ``{name}`` in a pattern captures one segment."""
+
+    def __init__(self) -> None:
+        self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
+
+    def add(self, method: str, pattern: str, handler: Handler) -> None:
+        regex = re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", pattern)
+        self._routes.append((method.upper(), re.compile(f"^{regex}$"), handler))
+
+    def dispatch(self, request: Request) -> Response:
+        allowed: list[str] = []
+        for method, regex, handler in self._routes:
+            match = regex.match(request.path)
+            if match is None:
+                continue
+            if method != request.method:
+                allowed.append(method)
+                continue
+            routed = Request(
+                request.method,
+                request.path,
+                request.query,
+                request.headers,
+                request.body,
+                request.client,
+                match.groupdict(),
+            )
+            try:
+                return handler(routed)
+            except HttpError as exc:
+                return Response.json({"error": exc.message}, exc.status)
+            except Exception as exc:  # a handler bug must not kill the server
+                log.error("http_handler_failed", path=request.path, error=repr(exc))
+                return Response.json({"error": "internal error"}, 500)
+        if allowed:
+            return Response(
+                405, b"method not allowed\n", headers=(("Allow", ", ".join(sorted(allowed))),)
+            )
+        return Response.json({"error": f"no such path: {request.path}"}, 404)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    router: Router
+    server_version = "fleetd"
+    sys_version = ""
+
+    def _handle(self) -> None:
+        parts = urlsplit(self.path)
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY_BYTES:
+            self._send(Response.json({"error": "request body too large"}, 413))
+            return
+        body = self.rfile.read(length) if length > 0 else b""
+        request = Request(
+            method=self.command,
+            path=parts.path,
+            query=parse_qs(parts.query),
+            headers={k.lower(): v for k, v in self.headers.items()},
+            body=body,
+            client=self.client_address[0],
+        )
+        self._send(self.router.dispatch(request))
+
+    def _send(self, response: Response) -> None:
+        self.send_response(response.status)
+        self.send_header("Content-Type", response.content_type)
+        self.send_header("Content-Length", str(len(response.body)))
+        for name, value in response.headers:
+            self.send_header(name, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(response.body)
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = _handle
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return  # access logs would flood journald at one scrape per second
+
+
+class HttpServer:
+    """Serves a Router on a background thread; port 0 picks a free port."""
+
+    def __init__(
+        self,
+        router: Router,
+        bind: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        tls_cert: Path | None = None,
+        tls_key: Path | None = None,
+    ) -> None:
+        handler = type("BoundHandler", (_Handler,), {"router": router})
+        self._server = ThreadingHTTPServer((bind, port), handler)
+        self._server.daemon_threads = True
+        if tls_cert is not None and tls_key is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.minimum_version = ssl.TLSVersion.TLSv1_2
+            context.load_cert_chain(tls_cert, tls_key)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def address(self) -> str:
+        host = self._server.server_address[0]
+        return f"{host!s}:{self.port}"
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="fleetd-http", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

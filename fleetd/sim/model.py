@@ -1,0 +1,869 @@
+"""SimNode: an 8-GPU node in one XGMI hive, with physics, counters, processes and faults.
+
+The model keeps its state in the C library's raw terms (°C, W, µW caps, MT/s, energy ticks,
+KB, counts) and never builds a Python amdsmi dict: the faces (``face.SimulatedAmdSmi`` and,
+later, an emulated libamd_smi.so) read it through ``raw.RawLibrary``.
+
+Time comes only from the injected clock. Every read first advances the model to
+``clock.now()``; between input changes every quantity has a closed form (see physics.py),
+so the same seed and the same sequence of (time, call) give the same numbers. The only real
+time anywhere is a hung call's optional duration (the backend's timeout is real time).
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import struct
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fleetd.clock import Clock
+from fleetd.logs import get_logger
+from fleetd.sim import physics
+from fleetd.sim import wrapper as w
+from fleetd.sim.faults import (
+    DEFAULT_PERSISTENT,
+    BadPages,
+    EccCeStorm,
+    EccDeferred,
+    EccUncorrectable,
+    Fault,
+    HungCall,
+    PcieDowngrade,
+    PcieReplayStorm,
+    PowerExcursion,
+    ThermalRunaway,
+    UnsupportedFields,
+    XgmiLinkDown,
+    parse_params,
+)
+from fleetd.sim.hardware import SPECS, GpuIdentity, GpuSpec, make_hive_id, make_identities
+
+log = get_logger(__name__)
+
+ACC_HZ = 100.0
+"""gpu_metrics accumulation_counter ticks per second (residency counters use the same unit)."""
+FW_TICKS_PER_S = 100_000_000
+"""firmware_timestamp resolution: 10 ns."""
+ENERGY_RESOLUTION_UJ: float = struct.unpack("f", struct.pack("f", 15.259))[0]
+"""µJ per energy tick, as the C float the library returns (15.258999824523926)."""
+PAGE_SIZE = 4096
+ENABLED_BLOCKS: tuple[str, ...] = ("UMC", "SDMA", "GFX", "MMHUB", "PCIE_BIF", "HDP", "XGMI_WAFL")
+BASE_VRAM_USED = 290 * 1024 * 1024
+
+TAU_POWER = 3.0
+TAU_HOTSPOT = 20.0
+TAU_HBM = 45.0
+TAU_VR = 15.0
+TAU_EDGE = 40.0
+
+PAGE_STATUS = {
+    "reserved": w.AMDSMI_MEM_PAGE_STATUS_RESERVED,
+    "pending": w.AMDSMI_MEM_PAGE_STATUS_PENDING,
+    "unreservable": w.AMDSMI_MEM_PAGE_STATUS_UNRESERVABLE,
+}
+
+
+# ---------------------------------------------------------------------------------- value types
+@dataclass
+class SimProcess:
+    """A process holding /dev/kfd and memory on one or more GPUs."""
+
+    pid: int
+    name: str
+    vram: dict[int, int] = field(default_factory=dict)  # gpu index → bytes
+    gfx_ns: dict[int, float] = field(default_factory=dict)  # gpu index → busy ns
+    on_kill: list[Callable[[int], None]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class KilledProcess:
+    """A process a hive reset tore down."""
+
+    pid: int
+    name: str
+    gpus: tuple[int, ...]
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ResetRecord:
+    """One hive reset, as counted for tests ("exactly one reset")."""
+
+    seq: int
+    at: float
+    hive_id: int
+    initiator: int
+    gpus: tuple[int, ...]
+    killed_pids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SimEvent:
+    """A KFD SMI event (raw C event value; message as the C parser keeps it)."""
+
+    seq: int
+    at: float
+    gpu: int
+    event: int
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class BadPage:
+    address: int
+    size: int
+    status: int
+
+
+@dataclass(frozen=True, slots=True)
+class CperEntry:
+    """One CPER record in a GPU's ring (``seq`` is its absolute index, for cursors)."""
+
+    seq: int
+    at: float
+    severity: int
+    notify: int
+    block: str
+    count: int
+
+
+CPER_RING = 1024
+"""Records a GPU keeps; older ones are overwritten (cursors keep counting)."""
+CES_PER_CPER = 100
+"""A correctable-error storm writes one CPER record per this many errors."""
+
+
+@dataclass(frozen=True, slots=True)
+class Throttle:
+    """Which throttlers are active right now."""
+
+    ppt: bool
+    socket_thermal: bool
+    hbm_thermal: bool
+    vr_thermal: bool
+
+    @property
+    def thermal(self) -> bool:
+        return self.socket_thermal or self.hbm_thermal or self.vr_thermal
+
+
+# ---------------------------------------------------------------------------------- one GPU
+class SimGpu:
+    """One GPU's mutable state (raw units). Only SimNode changes it, under the node lock."""
+
+    def __init__(self, spec: GpuSpec, ident: GpuIdentity, hive_id: int, seed: int) -> None:
+        rng = random.Random(f"gpu:{spec.model}:{seed}:{ident.index}")
+        self.spec = spec
+        self.ident = ident
+        self.index = ident.index
+        self.hive_id = hive_id
+        self.load = 0.0
+        self.power_w = spec.idle_power_w
+        self.t_hotspot = spec.ambient_c + spec.hotspot_c_per_w * spec.idle_power_w
+        self.t_hbm = spec.ambient_c + spec.hbm_c_per_w * spec.idle_power_w
+        self.t_vr = spec.ambient_c + spec.vr_c_per_w * spec.idle_power_w
+        self.t_edge = spec.ambient_c + 0.02 * spec.idle_power_w
+        # counters that started before the simulation (the board has been up for a while)
+        self.uptime_s = rng.uniform(3 * 86400, 40 * 86400)
+        self.energy_j = self.uptime_s * spec.idle_power_w * rng.uniform(1.1, 1.6)
+        self.acc_counter = self.uptime_s * ACC_HZ
+        self.residency = {"ppt": 0.0, "socket": 0.0, "hbm": 0.0, "vr": 0.0, "prochot": 0.0}
+        self.activity_acc = {"gfx": 0.0, "mem": 0.0}
+        self.busy_acc = 0.0
+        self.xgmi_read_kb = [0.0] * 8
+        self.xgmi_write_kb = [0.0] * 8
+        self.pcie_bw_acc = 0.0
+        self.ecc = {name: [0.0, 0.0, 0.0] for name in ENABLED_BLOCKS}  # ce, ue, deferred
+        self.pcie = {k: 0.0 for k in ("replay", "l0", "rollover", "nak_sent", "nak_rcvd", "other")}
+        self.xgmi_error = w.AMDSMI_XGMI_STATUS_NO_ERRORS
+        self.bad_pages: list[BadPage] = []
+        self.cper: list[CperEntry] = []
+        self.cper_total = 0
+        self.page_rng = random.Random(f"pages:{spec.model}:{seed}:{ident.index}")
+        self.throttle_events = 0
+        self.unavailable_until = float("-inf")
+
+    @property
+    def ecc_counts(self) -> dict[str, tuple[int, int, int]]:
+        """Per enabled block: (correctable, uncorrectable, deferred) as integers."""
+        return {b: (int(v[0]), int(v[1]), int(v[2])) for b, v in self.ecc.items()}
+
+
+# ---------------------------------------------------------------------------------- the node
+class SimNode:
+    """An 8-GPU node forming one XGMI hive. Thread-safe; time comes from ``clock``."""
+
+    def __init__(
+        self,
+        spec: GpuSpec,
+        *,
+        seed: int,
+        clock: Clock,
+        gpu_count: int = 8,
+        root: bool = True,
+        reset_unavailable_s: float = 0.0,
+    ) -> None:
+        if not 1 <= gpu_count <= 8:
+            raise ValueError("a simulated node has 1 to 8 GPUs")
+        self.spec = spec
+        self.seed = seed
+        self.clock = clock
+        self.root = root
+        """Whether the caller has root: without it resets fail NO_PERM, debugfs reads fail."""
+        self.reset_unavailable_s = reset_unavailable_s
+        """Model seconds after a reset during which the hive answers BUSY."""
+        self.hive_id = make_hive_id(spec, seed)
+        self.gpus = [
+            SimGpu(spec, ident, self.hive_id, seed)
+            for ident in make_identities(spec, seed, gpu_count)
+        ]
+        self.lock = threading.RLock()
+        self._now = clock.now()
+        self._faults: list[Fault] = []
+        self._next_fault_id = 1
+        self._processes: dict[int, SimProcess] = {}
+        self._kill_listeners: list[Callable[[KilledProcess], None]] = []
+        self._killed: list[KilledProcess] = []
+        self._events: list[SimEvent] = []
+        self._event_seq = 0
+        self._resets: list[ResetRecord] = []
+
+    # ------------------------------------------------------------------ time
+    @property
+    def now(self) -> float:
+        """The model time the state was last advanced to."""
+        return self._now
+
+    def sync(self, now: float | None = None) -> float:
+        """Advance every GPU to ``now`` (default: the clock's now); returns the model time.
+
+        The model never goes back: a time earlier than the model's own is ignored.
+        """
+        with self.lock:
+            target = self.clock.now() if now is None else now
+            if target > self._now:
+                for gpu in self.gpus:
+                    self._advance(gpu, self._now, target)
+                self._now = target
+            return self._now
+
+    def _advance(self, gpu: SimGpu, t0: float, t1: float) -> None:
+        dt = t1 - t0
+        spec = gpu.spec
+        faults = self.active_faults(gpu.index)
+        demand = self._demand(gpu, faults)
+        p_target = min(demand, float(spec.power_cap_w))
+        hot_t, hbm_t, vr_t, edge_t = self._temperature_targets(gpu, p_target, faults)
+        # energy and power (first order, exact)
+        gpu.energy_j += physics.relax_integral(gpu.power_w, p_target, TAU_POWER, dt)
+        gpu.power_w = physics.relax(gpu.power_w, p_target, TAU_POWER, dt)
+        # throttle residency: exact time spent above each limit
+        crit_hot, crit_hbm = spec.hotspot_limits_c[0], spec.hbm_limits_c[0]
+        gpu.residency["socket"] += (
+            physics.time_above(gpu.t_hotspot, hot_t, TAU_HOTSPOT, dt, crit_hot) * ACC_HZ
+        )
+        gpu.residency["hbm"] += physics.time_above(gpu.t_hbm, hbm_t, TAU_HBM, dt, crit_hbm) * ACC_HZ
+        gpu.residency["vr"] += (
+            physics.time_above(gpu.t_vr, vr_t, TAU_VR, dt, spec.vr_throttle_c) * ACC_HZ
+        )
+        if demand >= 0.98 * spec.power_cap_w:
+            gpu.residency["ppt"] += dt * ACC_HZ
+        self._thermal_events(gpu, t0, dt, hot_t, hbm_t, vr_t)
+        gpu.t_hotspot = physics.relax(gpu.t_hotspot, hot_t, TAU_HOTSPOT, dt)
+        gpu.t_hbm = physics.relax(gpu.t_hbm, hbm_t, TAU_HBM, dt)
+        gpu.t_vr = physics.relax(gpu.t_vr, vr_t, TAU_VR, dt)
+        gpu.t_edge = physics.relax(gpu.t_edge, edge_t, TAU_EDGE, dt)
+        # activity accumulators and traffic
+        gpu.acc_counter += dt * ACC_HZ
+        gpu.uptime_s += dt
+        gpu.activity_acc["gfx"] += gpu.load * 100.0 * dt
+        gpu.activity_acc["mem"] += gpu.load * 55.0 * dt
+        gpu.busy_acc += gpu.load * 100.0 * dt * ACC_HZ
+        width, speed = self.pcie_link(gpu.index)
+        gpu.pcie_bw_acc += self.pcie_bandwidth_gbs(gpu, width, speed) * dt
+        for link in range(len(self.gpus) - 1):
+            if self.link_up(gpu.index, link):
+                rate = spec.xgmi_link_kb_per_s * gpu.load
+                gpu.xgmi_read_kb[link] += rate * dt
+                gpu.xgmi_write_kb[link] += rate * 0.92 * dt
+        for pid_proc in self._processes.values():
+            if gpu.index in pid_proc.vram:
+                pid_proc.gfx_ns[gpu.index] = (
+                    pid_proc.gfx_ns.get(gpu.index, 0.0) + gpu.load * dt * 1e9
+                )
+        # faults with rates
+        for fault in faults:
+            params = fault.params
+            if isinstance(params, EccCeStorm):
+                before = gpu.ecc[params.block][0]
+                gpu.ecc[params.block][0] += params.rate_per_s * dt
+                first = int(before // CES_PER_CPER) + 1
+                for k in range(first, int(gpu.ecc[params.block][0] // CES_PER_CPER) + 1):
+                    at = t0 + (k * CES_PER_CPER - before) / params.rate_per_s
+                    self._add_cper(
+                        gpu,
+                        w.AMDSMI_CPER_SEV_NON_FATAL_CORRECTED,
+                        w.AMDSMI_CPER_NOTIFY_TYPE_CMC,
+                        params.block,
+                        CES_PER_CPER,
+                        at,
+                    )
+            elif isinstance(params, PcieReplayStorm):
+                gpu.pcie["replay"] += params.rate_per_s * dt
+                gpu.pcie["rollover"] += params.rate_per_s * dt / 256.0
+                gpu.pcie["l0"] += params.rate_per_s * dt / 40.0
+                gpu.pcie["nak_sent"] += params.rate_per_s * dt / 8.0
+                gpu.pcie["nak_rcvd"] += params.rate_per_s * dt / 10.0
+                gpu.pcie["other"] += params.rate_per_s * dt / 120.0
+            elif isinstance(params, BadPages):
+                self._retire_pages(gpu, fault, params, dt)
+
+    def _demand(self, gpu: SimGpu, faults: Iterable[Fault]) -> float:
+        spec = gpu.spec
+        demand = spec.idle_power_w + (0.92 * spec.power_cap_w - spec.idle_power_w) * gpu.load
+        for fault in faults:
+            if isinstance(fault.params, PowerExcursion):
+                wanted = fault.params.demand_w or 1.12 * spec.power_cap_w
+                demand = max(demand, wanted)
+        return demand
+
+    def _temperature_targets(
+        self, gpu: SimGpu, p_target: float, faults: Iterable[Fault]
+    ) -> tuple[float, float, float, float]:
+        spec = gpu.spec
+        d_hot = d_hbm = d_vr = 0.0
+        for fault in faults:
+            if isinstance(fault.params, ThermalRunaway):
+                d_hot += fault.params.delta_c
+                d_hbm += fault.params.hbm_delta_c
+                d_vr += fault.params.vr_delta_c
+        base = spec.ambient_c
+        return (
+            base + spec.hotspot_c_per_w * p_target + d_hot,
+            base + spec.hbm_c_per_w * p_target + d_hbm,
+            base + spec.vr_c_per_w * p_target + d_vr,
+            base + 0.02 * p_target + d_hot * 0.5,
+        )
+
+    def _thermal_events(
+        self, gpu: SimGpu, t0: float, dt: float, hot_t: float, hbm_t: float, vr_t: float
+    ) -> None:
+        """One THERMAL_THROTTLE event each time a thermal throttler switches on."""
+        spec = gpu.spec
+        checks = (
+            (gpu.t_hotspot, hot_t, TAU_HOTSPOT, spec.hotspot_limits_c[0], 0x1),
+            (gpu.t_hbm, hbm_t, TAU_HBM, spec.hbm_limits_c[0], 0x2),
+            (gpu.t_vr, vr_t, TAU_VR, spec.vr_throttle_c, 0x4),
+        )
+        for value, target, tau, limit, bit in checks:
+            cross = physics.crossing_time(value, target, tau, limit)
+            if cross is not None and cross <= dt:
+                gpu.throttle_events += 1
+                self._emit(
+                    gpu.index,
+                    w.AMDSMI_EVT_NOTIF_THERMAL_THROTTLE,
+                    f"{bit:x}:{gpu.throttle_events:x}",
+                    at=t0 + cross,
+                )
+
+    def _retire_pages(self, gpu: SimGpu, fault: Fault, params: BadPages, dt: float) -> None:
+        limit = params.count if params.count is not None else gpu.spec.bad_page_threshold
+        fault.progress += params.rate_per_s * dt
+        while int(fault.progress) > 0 and len(gpu.bad_pages) < limit:
+            fault.progress -= 1.0
+            self._add_page(gpu, PAGE_STATUS[params.status])
+        if len(gpu.bad_pages) >= limit:
+            fault.progress = 0.0
+
+    def _add_page(self, gpu: SimGpu, status: int) -> None:
+        frames = (gpu.spec.vram_mb * 1024 * 1024) // PAGE_SIZE
+        used = {p.address for p in gpu.bad_pages}
+        while True:
+            address = gpu.page_rng.randrange(frames) * PAGE_SIZE
+            if address not in used:
+                break
+        gpu.bad_pages.append(BadPage(address, PAGE_SIZE, status))
+
+    def _add_cper(
+        self, gpu: SimGpu, severity: int, notify: int, block: str, count: int, at: float
+    ) -> None:
+        gpu.cper.append(CperEntry(gpu.cper_total, at, severity, notify, block, count))
+        gpu.cper_total += 1
+        if len(gpu.cper) > CPER_RING:
+            del gpu.cper[0]
+
+    # ------------------------------------------------------------------ derived state
+    def throttle_state(self, gpu: SimGpu) -> Throttle:
+        """Which throttlers are active at the current model time."""
+        spec = gpu.spec
+        return Throttle(
+            ppt=self._demand(gpu, self.active_faults(gpu.index)) >= 0.98 * spec.power_cap_w,
+            socket_thermal=gpu.t_hotspot >= spec.hotspot_limits_c[0],
+            hbm_thermal=gpu.t_hbm >= spec.hbm_limits_c[0],
+            vr_thermal=gpu.t_vr >= spec.vr_throttle_c,
+        )
+
+    def gfx_clock_mhz(self, gpu: SimGpu) -> int:
+        """Current gfx clock: idles low, rises with load, drops when throttling."""
+        lo, hi = gpu.spec.gfx_clk_mhz
+        busy = gpu.load >= 0.02
+        clock = lo + (hi - lo) * (0.55 + 0.45 * gpu.load) if busy else 132.0  # deep sleep
+        throttle = self.throttle_state(gpu)
+        if throttle.thermal:
+            clock *= 0.7
+        if throttle.ppt:
+            demand = self._demand(gpu, self.active_faults(gpu.index))
+            clock *= max(0.6, gpu.spec.power_cap_w / demand)
+        return round(clock)
+
+    def pcie_link(self, gpu_index: int) -> tuple[int, int]:
+        """(width lanes, speed MT/s) of the host link right now."""
+        spec = self.gpus[gpu_index].spec
+        width, speed = spec.pcie_max_width, spec.pcie_max_speed_mts
+        for fault in self.active_faults(gpu_index):
+            if isinstance(fault.params, PcieDowngrade):
+                width = min(width, fault.params.width)
+                speed = min(speed, fault.params.speed_mts)
+        return width, speed
+
+    def pcie_bandwidth_gbs(self, gpu: SimGpu, width: int, speed: int) -> float:
+        """Instantaneous host-link traffic, GB/s."""
+        return 2.0 + 28.0 * gpu.load * (width / 16.0) * (speed / 32000.0)
+
+    def peers(self, gpu_index: int) -> list[int]:
+        """Other GPUs of the hive in link order: link k of GPU i goes to peers(i)[k]."""
+        return [g.index for g in self.gpus if g.index != gpu_index]
+
+    def link_up(self, gpu_index: int, link: int) -> bool:
+        """Whether XGMI link ``link`` of ``gpu_index`` is up (a link is down on both ends)."""
+        peer = self.peers(gpu_index)[link]
+        back = self.peers(peer).index(gpu_index)
+        for fault in self.active_faults():
+            if isinstance(fault.params, XgmiLinkDown) and (
+                (fault.gpu == gpu_index and fault.params.link == link)
+                or (fault.gpu == peer and fault.params.link == back)
+            ):
+                return False
+        return True
+
+    def present(self, gpu_index: int) -> bool:
+        """False while the GPU is off the bus."""
+        return not any(f.kind == "gpu_off_bus" for f in self.active_faults(gpu_index))
+
+    def vram_used_bytes(self, gpu: SimGpu) -> int:
+        total = gpu.spec.vram_mb * 1024 * 1024
+        used = BASE_VRAM_USED + int(0.01 * total * gpu.load)
+        used += sum(p.vram.get(gpu.index, 0) for p in self._processes.values())
+        return min(used, total)
+
+    def unsupported_fields(self, gpu_index: int) -> dict[str, int | None]:
+        """``<function>.<path>`` → sentinel to leave there (None = the C type's maximum)."""
+        out = dict(default_unsupported_fields(self.spec))  # a copy: the default is cached
+        for fault in self.active_faults(gpu_index):
+            if isinstance(fault.params, UnsupportedFields):
+                sentinel = 0xFFFF if fault.params.sentinel == "u16_max" else None
+                for item in fault.params.fields:
+                    out[item] = sentinel
+        return out
+
+    def call_status(self, gpu_index: int, call: str, args: Iterable[str] = ()) -> int:
+        """The status a whole call returns for this GPU (0 when it works).
+
+        ``args`` are the enum member names of the call's argument (all aliases), so a flag
+        ``amdsmi_get_temp_metric:JUNCTION`` matches a HOTSPOT query too.
+        """
+        keys = {call, *(f"{call}:{a}" for a in args)}
+        for fault in self.active_faults(gpu_index):
+            if isinstance(fault.params, UnsupportedFields) and keys & set(fault.params.calls):
+                return fault.params.status_code()
+        if keys & default_unsupported_calls(self.spec):
+            return w.AMDSMI_STATUS_NOT_SUPPORTED
+        return w.AMDSMI_STATUS_SUCCESS
+
+    # ------------------------------------------------------------------ load
+    def set_load(self, gpu: int | None, level: float, *, at: float | None = None) -> None:
+        """Set the workload level (0..1) of one GPU, or of all when ``gpu`` is None.
+
+        ``at`` (every mutator takes it) is the model time of the change, default the clock's
+        now; scenario steps pass their own time so they land exactly when they are due.
+        """
+        if not 0.0 <= level <= 1.0:
+            raise ValueError("load is a fraction between 0 and 1")
+        with self.lock:
+            self.sync(at)
+            for g in self._select(gpu):
+                g.load = level
+
+    def _select(self, gpu: int | None) -> list[SimGpu]:
+        if gpu is None:
+            return list(self.gpus)
+        if not 0 <= gpu < len(self.gpus):
+            raise ValueError(f"no GPU {gpu} (the node has {len(self.gpus)})")
+        return [self.gpus[gpu]]
+
+    # ------------------------------------------------------------------ faults
+    def inject(
+        self,
+        gpu: int,
+        kind: str,
+        *,
+        persistent: bool | None = None,
+        at: float | None = None,
+        **params: Any,
+    ) -> int:
+        """Inject fault ``kind`` (see faults.FAULT_NAMES) on ``gpu``; returns its id.
+
+        ``params`` are the fault's parameters (faults.FAULT_PARAMS[kind]); ``persistent``
+        decides whether it comes back after every reset (default: transient).
+        """
+        parsed = parse_params(kind, params)
+        with self.lock:
+            now = self.sync(at)
+            self._select(gpu)
+            fault = Fault(
+                id=self._next_fault_id,
+                kind=kind,
+                gpu=gpu,
+                params=parsed,
+                persistent=DEFAULT_PERSISTENT[kind] if persistent is None else persistent,
+                injected_at=now,
+            )
+            self._next_fault_id += 1
+            self._faults.append(fault)
+            self._apply_once(fault)
+            log.info("sim_fault_injected", fault=kind, gpu=gpu, fault_id=fault.id)
+            return fault.id
+
+    def _apply_once(self, fault: Fault) -> None:
+        """The instantaneous part of a fault (errors that appear at once, sticky states)."""
+        gpu = self.gpus[fault.gpu]
+        params = fault.params
+        if isinstance(params, EccUncorrectable):
+            gpu.ecc[params.block][1] += params.count
+            if params.retire_page and params.block == "UMC":
+                self._add_page(gpu, w.AMDSMI_MEM_PAGE_STATUS_PENDING)
+            self._add_cper(
+                gpu,
+                w.AMDSMI_CPER_SEV_FATAL,
+                w.AMDSMI_CPER_NOTIFY_TYPE_MCE,
+                params.block,
+                params.count,
+                self._now,
+            )
+        elif isinstance(params, EccDeferred):
+            gpu.ecc[params.block][2] += params.count
+            self._add_cper(
+                gpu,
+                w.AMDSMI_CPER_SEV_NON_FATAL_UNCORRECTED,
+                w.AMDSMI_CPER_NOTIFY_TYPE_MCE,
+                params.block,
+                params.count,
+                self._now,
+            )
+        elif isinstance(params, XgmiLinkDown):
+            peer = self.gpus[self.peers(fault.gpu)[params.link]]
+            for g in (gpu, peer):
+                g.xgmi_error = (
+                    w.AMDSMI_XGMI_STATUS_ERROR
+                    if g.xgmi_error == w.AMDSMI_XGMI_STATUS_NO_ERRORS
+                    else w.AMDSMI_XGMI_STATUS_MULTIPLE_ERRORS
+                )
+
+    def clear(self, fault_id: int, *, at: float | None = None) -> bool:
+        """Clear one fault by id; False if it was not active."""
+        with self.lock:
+            self.sync(at)
+            for fault in self._faults:
+                if fault.id == fault_id:
+                    self._drop(fault)
+                    return True
+            return False
+
+    def clear_faults(
+        self, gpu: int | None = None, kind: str | None = None, *, at: float | None = None
+    ) -> int:
+        """Clear every active fault matching ``gpu``/``kind``; returns how many."""
+        with self.lock:
+            self.sync(at)
+            doomed = [
+                f
+                for f in self._faults
+                if (gpu is None or f.gpu == gpu) and (kind is None or f.kind == kind)
+            ]
+            for fault in doomed:
+                self._drop(fault)
+            return len(doomed)
+
+    def _drop(self, fault: Fault) -> None:
+        self._faults.remove(fault)
+        fault.release.set()
+        log.info("sim_fault_cleared", fault=fault.kind, gpu=fault.gpu, fault_id=fault.id)
+
+    def active_faults(self, gpu: int | None = None) -> list[Fault]:
+        """Faults currently in effect (on one GPU, or on all)."""
+        return [f for f in self._faults if gpu is None or f.gpu == gpu]
+
+    def hang_for(self, gpu_index: int, function: str) -> Fault | None:
+        """The hung-call fault that blocks ``function`` on this GPU, if any."""
+        with self.lock:
+            for fault in self._faults:
+                if (
+                    fault.gpu == gpu_index
+                    and isinstance(fault.params, HungCall)
+                    and fault.params.function == function
+                ):
+                    return fault
+            return None
+
+    def release_hangs(self, gpu: int | None = None) -> int:
+        """Let every blocked call (on one GPU or all) return now; the fault stays active
+        but no longer blocks. Returns how many hangs were released."""
+        with self.lock:
+            count = 0
+            for fault in self._faults:
+                if isinstance(fault.params, HungCall) and (gpu is None or fault.gpu == gpu):
+                    fault.release.set()
+                    count += 1
+            return count
+
+    # ------------------------------------------------------------------ processes
+    def add_process(
+        self,
+        gpu: int,
+        pid: int,
+        name: str,
+        vram_bytes: int,
+        on_kill: Callable[[int], None] | None = None,
+        *,
+        at: float | None = None,
+    ) -> None:
+        """Register a KFD process using ``vram_bytes`` on ``gpu`` (call again for more GPUs).
+
+        ``on_kill(pid)`` runs when a hive reset kills the process.
+        """
+        if vram_bytes < 0:
+            raise ValueError("vram_bytes cannot be negative")
+        with self.lock:
+            self.sync(at)
+            self._select(gpu)
+            proc = self._processes.setdefault(pid, SimProcess(pid, name))
+            proc.vram[gpu] = vram_bytes
+            proc.gfx_ns.setdefault(gpu, 0.0)
+            if on_kill is not None and on_kill not in proc.on_kill:
+                proc.on_kill.append(on_kill)
+
+    def remove_process(self, pid: int, *, at: float | None = None) -> bool:
+        """Forget a process (it exited); False if unknown."""
+        with self.lock:
+            self.sync(at)
+            return self._processes.pop(pid, None) is not None
+
+    def processes(self, gpu: int | None = None) -> list[SimProcess]:
+        """Processes on one GPU (or all), by pid."""
+        with self.lock:
+            return sorted(
+                (p for p in self._processes.values() if gpu is None or gpu in p.vram),
+                key=lambda p: p.pid,
+            )
+
+    def add_kill_listener(self, listener: Callable[[KilledProcess], None]) -> None:
+        """Be told about every process a reset kills (e.g. a stand-in vLLM worker)."""
+        with self.lock:
+            self._kill_listeners.append(listener)
+
+    @property
+    def killed(self) -> list[KilledProcess]:
+        with self.lock:
+            return list(self._killed)
+
+    # ------------------------------------------------------------------ reset
+    def reset_hive(self, gpu: int, *, at: float | None = None) -> ResetRecord:
+        """What amdsmi_reset_gpu does: reset the WHOLE hive ``gpu`` belongs to.
+
+        Every KFD process on the hive is killed (kill callbacks run after the state change),
+        ECC/PCIe counters and XGMI error status go to zero, pending bad pages become reserved,
+        transient faults clear and persistent ones are applied afresh, loads drop to 0 (the
+        workloads died), and GPU_PRE_RESET/GPU_POST_RESET events go to every member.
+        """
+        with self.lock:
+            now = self.sync(at)
+            hive_id = self._select(gpu)[0].hive_id
+            members = [g for g in self.gpus if g.hive_id == hive_id]
+            indices = tuple(g.index for g in members)
+            seq = len(self._resets) + 1
+            for g in members:
+                if self.present(g.index):
+                    self._emit(g.index, w.AMDSMI_EVT_NOTIF_GPU_PRE_RESET, f"{seq:x}", at=now)
+            doomed = [p for p in self._processes.values() if set(p.vram) & set(indices)]
+            killed = [KilledProcess(p.pid, p.name, tuple(sorted(p.vram)), now) for p in doomed]
+            for p in doomed:
+                del self._processes[p.pid]
+            self._killed.extend(killed)
+            for fault in [f for f in self._faults if f.gpu in indices and not f.persistent]:
+                self._drop(fault)
+            for g in members:
+                g.ecc = {name: [0.0, 0.0, 0.0] for name in ENABLED_BLOCKS}
+                g.pcie = dict.fromkeys(g.pcie, 0.0)
+                g.xgmi_error = w.AMDSMI_XGMI_STATUS_NO_ERRORS
+                g.bad_pages = [
+                    BadPage(p.address, p.size, w.AMDSMI_MEM_PAGE_STATUS_RESERVED)
+                    if p.status == w.AMDSMI_MEM_PAGE_STATUS_PENDING
+                    else p
+                    for p in g.bad_pages
+                ]
+                g.load = 0.0
+                g.unavailable_until = now + self.reset_unavailable_s
+            for fault in [f for f in self._faults if f.gpu in indices]:
+                self._apply_once(fault)
+            for g in members:
+                if self.present(g.index):
+                    self._emit(
+                        g.index,
+                        w.AMDSMI_EVT_NOTIF_GPU_POST_RESET,
+                        f"{seq:x}",
+                        at=now + self.reset_unavailable_s,
+                    )
+            record = ResetRecord(seq, now, hive_id, gpu, indices, tuple(k.pid for k in killed))
+            self._resets.append(record)
+            callbacks = [(cb, k) for k in killed for cb in self._kill_callbacks(doomed, k)]
+            listeners = list(self._kill_listeners)
+        log.info("sim_hive_reset", hive_id=hive_id, gpu=gpu, killed=len(killed), seq=seq)
+        for callback, victim in callbacks:
+            callback(victim.pid)
+        for victim in killed:
+            for listener in listeners:
+                listener(victim)
+        return record
+
+    @staticmethod
+    def _kill_callbacks(doomed: list[SimProcess], victim: KilledProcess) -> list[Any]:
+        return [cb for p in doomed if p.pid == victim.pid for cb in p.on_kill]
+
+    @property
+    def resets(self) -> list[ResetRecord]:
+        with self.lock:
+            return list(self._resets)
+
+    def reset_count(self, hive_id: int | None = None) -> int:
+        """How many hive resets happened (on ``hive_id``, or on any hive)."""
+        with self.lock:
+            return sum(1 for r in self._resets if hive_id is None or r.hive_id == hive_id)
+
+    # ------------------------------------------------------------------ events
+    def _emit(self, gpu: int, event: int, message: str, *, at: float) -> None:
+        self._event_seq += 1
+        self._events.append(SimEvent(self._event_seq, at, gpu, event, message))
+
+    def events_after(self, seq: int) -> list[SimEvent]:
+        """Events with a sequence number above ``seq`` that have happened by now."""
+        with self.lock:
+            now = self._now
+            return [e for e in self._events if e.seq > seq and e.at <= now]
+
+    @property
+    def last_event_seq(self) -> int:
+        with self.lock:
+            return self._event_seq
+
+
+@functools.cache
+def default_unsupported_fields(spec: GpuSpec) -> dict[str, int | None]:
+    """Fields the MI3xx driver leaves empty (gpu_metrics v1.7/1.8 have no such entries)."""
+    metrics = "amdsmi_get_gpu_metrics_info"
+    out: dict[str, int | None] = {
+        f"{metrics}.{name}": None
+        for name in (
+            "temperature_edge",
+            "temperature_vrgfx",
+            "temperature_vrmem",
+            "average_mm_activity",
+            "average_socket_power",
+            "average_gfxclk_frequency",
+            "average_socclk_frequency",
+            "average_uclk_frequency",
+            "average_vclk0_frequency",
+            "average_dclk0_frequency",
+            "average_vclk1_frequency",
+            "average_dclk1_frequency",
+            "current_gfxclk",
+            "current_socclk",
+            "current_vclk0",
+            "current_dclk0",
+            "current_vclk1",
+            "current_dclk1",
+            "current_fan_speed",
+            "temperature_hbm",
+            "voltage_soc",
+            "voltage_gfx",
+            "voltage_mem",
+            "indep_throttle_status",
+        )
+    }
+    # the power and activity calls copy u16 gpu_metrics fields: 0xFFFF → the wrapper's "N/A"
+    for name in ("average_socket_power", "gfx_voltage", "soc_voltage", "mem_voltage"):
+        out[f"amdsmi_get_power_info.{name}"] = 0xFFFF
+    out["amdsmi_get_gpu_activity.mm_activity"] = 0xFFFF
+    if spec.metrics_content_revision < 8:
+        for name in (
+            "gfx_below_host_limit_ppt_acc",
+            "gfx_below_host_limit_thm_acc",
+            "gfx_low_utilization_acc",
+            "gfx_below_host_limit_total_acc",
+        ):
+            out[f"{metrics}.xcp_stats.{name}"] = None
+        for name in (
+            "acc_gfx_clk_below_host_limit_pwr",
+            "acc_gfx_clk_below_host_limit_thm",
+            "acc_low_utilization",
+            "acc_gfx_clk_below_host_limit_total",
+            "per_gfx_clk_below_host_limit_pwr",
+            "per_gfx_clk_below_host_limit_thm",
+            "per_low_utilization",
+            "per_gfx_clk_below_host_limit_total",
+            "active_gfx_clk_below_host_limit_pwr",
+            "active_gfx_clk_below_host_limit_thm",
+            "active_low_utilization",
+            "active_gfx_clk_below_host_limit_total",
+        ):
+            out[f"amdsmi_get_violation_status.{name}"] = None
+    return out
+
+
+@functools.cache
+def default_unsupported_calls(spec: GpuSpec) -> frozenset[str]:
+    """Calls (with an enum argument) the MI3xx driver answers NOT_SUPPORTED."""
+    temp = "amdsmi_get_temp_metric"
+    out = {f"{temp}:HBM_{i}" for i in range(4)}
+    if not spec.has_edge_sensor:
+        out.add(f"{temp}:EDGE")
+    for clk in ("DCEF", "PCIE", "VCLK1", "DCLK1"):
+        out.add(f"amdsmi_get_clock_info:{clk}")
+    return frozenset(out)
+
+
+def build_node(
+    model: str = "MI355X",
+    *,
+    seed: int = 0,
+    clock: Clock,
+    gpu_count: int = 8,
+    root: bool = True,
+    reset_unavailable_s: float = 0.0,
+) -> SimNode:
+    """A simulated 8-GPU node of ``model`` ("MI355X" or "MI300X"), idle and fault-free."""
+    try:
+        spec = SPECS[model]
+    except KeyError:
+        raise ValueError(f"unknown GPU model {model!r}; known: {', '.join(SPECS)}") from None
+    return SimNode(
+        spec,
+        seed=seed,
+        clock=clock,
+        gpu_count=gpu_count,
+        root=root,
+        reset_unavailable_s=reset_unavailable_s,
+    )

@@ -1,0 +1,1007 @@
+"""RawLibrary: libamd_smi's C-level behaviour over a SimNode — status codes and raw records.
+
+Each method is named after the C function it stands for and takes C-level arguments
+(handles as pointer integers, enums as plain ints). It returns the raw record(s) the C
+function would fill, or raises ``SmiStatusError(status)`` with the status it would return.
+Everything both faces need lives here: initialisation, handle validity (NOT_FOUND for a GPU
+that left the bus), hangs, BUSY after a reset, unsupported calls and fields, permissions,
+and the KFD event queue. The Python face (face.py) adds only what the real Python wrapper
+adds: type checks, exceptions and dict shapes. An emulated C library can call the same
+methods and copy the records into the real ctypes structures.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from enum import IntEnum
+
+from fleetd.sim import records as r
+from fleetd.sim import wrapper as w
+from fleetd.sim.enums import (
+    AmdSmiClkType,
+    AmdSmiGpuBlock,
+    AmdSmiMemoryType,
+    AmdSmiTemperatureMetric,
+    AmdSmiTemperatureType,
+)
+from fleetd.sim.model import (
+    ENABLED_BLOCKS,
+    ENERGY_RESOLUTION_UJ,
+    FW_TICKS_PER_S,
+    CperEntry,
+    SimGpu,
+    SimNode,
+)
+from fleetd.sim.physics import noise
+
+MIB = 1024 * 1024
+GTT_TOTAL = 1024 * 1024 * MIB
+GTT_USED = 24 * MIB
+XGMI_WEIGHT = 15
+XGMI_MIN_BW, XGMI_MAX_BW = 50000, 64000
+RAS_EEPROM_VERSION = 0x30000
+RAS_SCHEMA = 0b1110  # single-bit, double-bit, poison
+DEEP_SLEEP_MHZ = 140
+
+_CH_HOT, _CH_HBM, _CH_VR, _CH_EDGE, _CH_POWER, _CH_GFX, _CH_UMC = range(1, 8)
+CPER_HEADER = struct.Struct("<4sHIHIII8B16s16s16s16s8sIQ12s")  # 128 bytes, packed
+CPER_SECTION_BYTES = 72 + 96  # one section descriptor and its body
+CPER_MAX_ENTRIES = 20  # headers the Python wrapper asks for per call
+
+
+class SmiStatusError(Exception):
+    """A C call returned a non-zero amdsmi_status_t."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"{w.STATUS_NAMES.get(status, 'unknown status')} ({status})")
+        self.status = status
+
+
+@dataclass
+class _Registration:
+    mask: int
+    cursor: int
+
+
+def _names(enum: type[IntEnum], value: int) -> list[str]:
+    return [name for name, member in enum.__members__.items() if member.value == value]
+
+
+class RawLibrary:
+    """The simulated libamd_smi: one per face; the node it reads is shared."""
+
+    def __init__(self, node: SimNode) -> None:
+        self.node = node
+        self._init_count = 0
+        self._listeners: dict[int, _Registration] = {}
+
+    # ------------------------------------------------------------------ lifecycle, discovery
+    def amdsmi_init(self, init_flags: int) -> None:
+        with self.node.lock:
+            self._init_count += 1
+
+    def amdsmi_shut_down(self) -> None:
+        with self.node.lock:
+            if self._init_count > 0:
+                self._init_count -= 1
+            if self._init_count == 0:
+                self._listeners.clear()
+
+    def _require_init(self) -> None:
+        if self._init_count == 0:
+            raise SmiStatusError(w.AMDSMI_STATUS_NOT_INIT)
+
+    def _present(self) -> list[SimGpu]:
+        return [g for g in self.node.gpus if self.node.present(g.index)]
+
+    def amdsmi_get_socket_handles(self) -> list[int]:
+        """One socket per physical GPU (socket handle = GPU handle + 8)."""
+        self._require_init()
+        with self.node.lock:
+            self.node.sync()
+            return [g.ident.handle + 8 for g in self._present()]
+
+    def amdsmi_get_socket_info(self, socket_handle: int) -> str:
+        gpu = self._socket(socket_handle)
+        return f"{gpu.ident.domain:04x}:{gpu.ident.bus:02x}:{gpu.ident.device:02x}"
+
+    def amdsmi_get_processor_handles(self, socket_handle: int) -> list[int]:
+        return [self._socket(socket_handle).ident.handle]
+
+    def _socket(self, socket_handle: int) -> SimGpu:
+        self._require_init()
+        if not socket_handle:
+            raise SmiStatusError(w.AMDSMI_STATUS_INVAL)
+        with self.node.lock:
+            self.node.sync()
+            for gpu in self._present():
+                if gpu.ident.handle + 8 == socket_handle:
+                    return gpu
+        raise SmiStatusError(w.AMDSMI_STATUS_INVAL)
+
+    def amdsmi_get_processor_handle_from_bdf(
+        self, domain: int, bus: int, device: int, function: int
+    ) -> int:
+        self._require_init()
+        with self.node.lock:
+            self.node.sync()
+            for gpu in self._present():
+                i = gpu.ident
+                if (i.domain, i.bus, i.device, i.function) == (domain, bus, device, function):
+                    return i.handle
+        raise SmiStatusError(w.AMDSMI_STATUS_NOT_FOUND)
+
+    def gpu_for_handle(self, handle: int | None) -> SimGpu:
+        """The GPU behind a processor handle (INVAL for null, NOT_FOUND when unknown/gone)."""
+        self._require_init()
+        if not handle:
+            raise SmiStatusError(w.AMDSMI_STATUS_INVAL)
+        with self.node.lock:
+            for gpu in self.node.gpus:
+                if gpu.ident.handle == handle:
+                    if not self.node.present(gpu.index):
+                        raise SmiStatusError(w.AMDSMI_STATUS_NOT_FOUND)
+                    return gpu
+        raise SmiStatusError(w.AMDSMI_STATUS_NOT_FOUND)
+
+    @contextmanager
+    def _call(
+        self, handle: int | None, function: str, args: tuple[str, ...] = ()
+    ) -> Iterator[SimGpu]:
+        """Enter a per-GPU call: validate, block if hung (no lock held), then hold the lock."""
+        gpu = self.gpu_for_handle(handle)
+        hang = self.node.hang_for(gpu.index, function)
+        if hang is not None:
+            hang.release.wait(timeout=hang.params.duration_s)
+        with self.node.lock:
+            now = self.node.sync()
+            if not self.node.present(gpu.index):
+                raise SmiStatusError(w.AMDSMI_STATUS_NOT_FOUND)
+            if now < gpu.unavailable_until:
+                raise SmiStatusError(w.AMDSMI_STATUS_BUSY)
+            status = self.node.call_status(gpu.index, function, args)
+            if status:
+                raise SmiStatusError(status)
+            yield gpu
+
+    def _finish(self, gpu: SimGpu, function: str, record: object) -> None:
+        for path, sentinel in self.node.unsupported_fields(gpu.index).items():
+            func, _, field_path = path.partition(".")
+            if func == function:
+                r.mask(record, field_path, sentinel)
+
+    def amdsmi_get_processor_type(self, processor_handle: int) -> int:
+        with self._call(processor_handle, "amdsmi_get_processor_type"):
+            return w.AMDSMI_PROCESSOR_TYPE_AMD_GPU
+
+    # ------------------------------------------------------------------ identity
+    def amdsmi_get_gpu_device_bdf(self, processor_handle: int) -> r.Bdf:
+        with self._call(processor_handle, "amdsmi_get_gpu_device_bdf") as gpu:
+            i = gpu.ident
+            return r.Bdf(i.domain, i.bus, i.device, i.function)
+
+    def amdsmi_get_gpu_device_uuid(self, processor_handle: int) -> str:
+        with self._call(processor_handle, "amdsmi_get_gpu_device_uuid") as gpu:
+            return gpu.ident.uuid
+
+    def amdsmi_get_gpu_enumeration_info(self, processor_handle: int) -> r.EnumerationInfo:
+        func = "amdsmi_get_gpu_enumeration_info"
+        with self._call(processor_handle, func) as gpu:
+            i = gpu.ident
+            rec = r.EnumerationInfo(i.drm_render, i.drm_card, i.node_id, i.hip_id, i.hip_uuid)
+            self._finish(gpu, func, rec)
+            return rec
+
+    def amdsmi_get_gpu_asic_info(self, processor_handle: int) -> r.AsicInfo:
+        func = "amdsmi_get_gpu_asic_info"
+        with self._call(processor_handle, func) as gpu:
+            s, i = gpu.spec, gpu.ident
+            rec = r.AsicInfo(
+                market_name=s.market_name,
+                vendor_id=0x1002,
+                vendor_name="Advanced Micro Devices Inc. [AMD/ATI]",
+                subvendor_id=0x1002,
+                device_id=s.device_id,
+                rev_id=s.rev_id,
+                asic_serial=i.asic_serial,
+                oam_id=i.oam_id,
+                num_of_compute_units=s.num_cu,
+                target_graphics_version=s.gfx_target,
+                subsystem_id=s.subsystem_id,
+            )
+            self._finish(gpu, func, rec)
+            return rec
+
+    def amdsmi_get_gpu_board_info(self, processor_handle: int) -> r.BoardInfo:
+        with self._call(processor_handle, "amdsmi_get_gpu_board_info") as gpu:
+            return r.BoardInfo(
+                model_number=gpu.spec.board_model_number,
+                product_serial=gpu.ident.product_serial,
+                fru_id=gpu.ident.fru_id,
+                product_name=gpu.spec.board_product_name,
+                manufacturer_name="AMD",
+            )
+
+    def amdsmi_get_gpu_kfd_info(self, processor_handle: int) -> r.KfdInfo:
+        func = "amdsmi_get_gpu_kfd_info"
+        with self._call(processor_handle, func) as gpu:
+            rec = r.KfdInfo(gpu.ident.kfd_id, gpu.ident.node_id, 0)
+            self._finish(gpu, func, rec)
+            return rec
+
+    def amdsmi_get_gpu_driver_info(self, processor_handle: int) -> r.DriverInfo:
+        with self._call(processor_handle, "amdsmi_get_gpu_driver_info") as gpu:
+            return r.DriverInfo(gpu.spec.driver_version, "2015/01/01 00:00", "amdgpu")
+
+    def amdsmi_get_gpu_vbios_info(self, processor_handle: int) -> r.VbiosInfo:
+        with self._call(processor_handle, "amdsmi_get_gpu_vbios_info") as gpu:
+            s = gpu.spec
+            return r.VbiosInfo(
+                s.vbios_name, s.vbios_build_date, s.vbios_part_number, s.vbios_version
+            )
+
+    def amdsmi_get_gpu_vram_info(self, processor_handle: int) -> r.VramInfo:
+        func = "amdsmi_get_gpu_vram_info"
+        with self._call(processor_handle, func) as gpu:
+            s = gpu.spec
+            rec = r.VramInfo(
+                s.vram_type, s.vram_vendor, s.vram_mb, s.vram_bit_width, s.vram_max_bandwidth_gbs
+            )
+            self._finish(gpu, func, rec)
+            return rec
+
+    # ------------------------------------------------------------------ temperature, power
+    def amdsmi_get_temp_metric(self, processor_handle: int, sensor_type: int, metric: int) -> int:
+        args = tuple(_names(AmdSmiTemperatureType, sensor_type))
+        with self._call(processor_handle, "amdsmi_get_temp_metric", args) as gpu:
+            s = gpu.spec
+            now = self.node.now
+            idx = gpu.index
+            seed = self.node.seed
+            cur = AmdSmiTemperatureMetric.CURRENT
+            table: dict[int, tuple[float | None, tuple[int, int] | None]] = {
+                AmdSmiTemperatureType.EDGE: (
+                    gpu.t_edge + 0.4 * noise(seed, idx, _CH_EDGE, now),
+                    s.edge_limits_c,
+                ),
+                AmdSmiTemperatureType.HOTSPOT: (
+                    gpu.t_hotspot + 0.4 * noise(seed, idx, _CH_HOT, now),
+                    s.hotspot_limits_c,
+                ),
+                AmdSmiTemperatureType.VRAM: (
+                    gpu.t_hbm + 0.4 * noise(seed, idx, _CH_HBM, now),
+                    s.hbm_limits_c,
+                ),
+                AmdSmiTemperatureType.PLX: (
+                    gpu.t_vr + 0.4 * noise(seed, idx, _CH_VR, now),
+                    None,
+                ),
+            }
+            if sensor_type not in table:
+                raise SmiStatusError(w.AMDSMI_STATUS_NOT_SUPPORTED)
+            current, limits = table[sensor_type]
+            if metric == cur and current is not None:
+                return round(current)
+            if limits is not None and metric == AmdSmiTemperatureMetric.CRITICAL:
+                return limits[0]
+            if limits is not None and metric == AmdSmiTemperatureMetric.EMERGENCY:
+                return limits[1]
+            raise SmiStatusError(w.AMDSMI_STATUS_NOT_SUPPORTED)
+
+    def _power_now(self, gpu: SimGpu) -> int:
+        jitter = 1.0 + 0.01 * noise(self.node.seed, gpu.index, _CH_POWER, self.node.now)
+        return min(round(gpu.power_w * jitter), gpu.spec.power_cap_w)
+
+    def amdsmi_get_power_info(self, processor_handle: int) -> r.PowerInfo:
+        func = "amdsmi_get_power_info"
+        with self._call(processor_handle, func) as gpu:
+            watts = self._power_now(gpu)
+            rec = r.PowerInfo(
+                socket_power=watts,
+                current_socket_power=watts,
+                average_socket_power=watts,
+                gfx_voltage=0,
+                soc_voltage=0,
+                mem_voltage=0,
+                power_limit=gpu.spec.power_cap_w,
+            )
+            self._finish(gpu, func, rec)
+            return rec
+
+    def amdsmi_get_power_cap_info(
+        self, processor_handle: int, sensor_ind: int = 0
+    ) -> r.PowerCapInfo:
+        func = "amdsmi_get_power_cap_info"
+        with self._call(processor_handle, func) as gpu:
+            s = gpu.spec
+            rec = r.PowerCapInfo(
+                power_cap=s.power_cap_w * 1_000_000,
+                default_power_cap=s.power_cap_w * 1_000_000,
+                dpm_cap=s.gfx_clk_mhz[1],
+                min_power_cap=s.min_power_cap_w * 1_000_000,
+                max_power_cap=s.power_cap_w * 1_000_000,
+            )
+            self._finish(gpu, func, rec)
+            return rec
+
+    def _energy_ticks(self, gpu: SimGpu) -> int:
+        return int(gpu.energy_j * 1e6 / ENERGY_RESOLUTION_UJ)
+
+    def amdsmi_get_energy_count(self, processor_handle: int) -> r.EnergyCount:
+        func = "amdsmi_get_energy_count"
+        with self._call(processor_handle, func) as gpu:
+            rec = r.EnergyCount(
+                energy_accumulator=self._energy_ticks(gpu),
+                counter_resolution=ENERGY_RESOLUTION_UJ,
+                timestamp=int(gpu.uptime_s * 1e9),
+            )
+            self._finish(gpu, func, rec)
+            return rec
+
+    # ------------------------------------------------------------------ activity, memory, clocks
+    def _activity(self, gpu: SimGpu) -> tuple[int, int]:
+        if gpu.load <= 0.0:
+            return 0, 0
+        now, seed = self.node.now, self.node.seed
+        gfx = gpu.load * 100.0 + 2.0 * noise(seed, gpu.index, _CH_GFX, now)
+        umc = gpu.load * 55.0 + 2.0 * noise(seed, gpu.index, _CH_UMC, now)
+        return max(0, min(100, round(gfx))), max(0, min(100, round(umc)))
+
+    def amdsmi_get_gpu_activity(self, processor_handle: int) -> r.EngineUsage:
+        func = "amdsmi_get_gpu_activity"
+        with self._call(processor_handle, func) as gpu:
+            gfx, umc = self._activity(gpu)
+            rec = r.EngineUsage(gfx, umc, 0)
+            self._finish(gpu, func, rec)
+            return rec
+
+    def amdsmi_get_gpu_vram_usage(self, processor_handle: int) -> r.VramUsage:
+        func = "amdsmi_get_gpu_vram_usage"
+        with self._call(processor_handle, func) as gpu:
+            rec = r.VramUsage(gpu.spec.vram_mb, self.node.vram_used_bytes(gpu) // MIB)
+            self._finish(gpu, func, rec)
+            return rec
+
+    def amdsmi_get_gpu_memory_total(self, processor_handle: int, mem_type: int) -> int:
+        args = tuple(_names(AmdSmiMemoryType, mem_type))
+        with self._call(processor_handle, "amdsmi_get_gpu_memory_total", args) as gpu:
+            if mem_type == AmdSmiMemoryType.GTT:
+                return GTT_TOTAL
+            if mem_type in (AmdSmiMemoryType.VRAM, AmdSmiMemoryType.VIS_VRAM):
+                return gpu.spec.vram_mb * MIB
+            raise SmiStatusError(w.AMDSMI_STATUS_INVAL)
+
+    def amdsmi_get_gpu_memory_usage(self, processor_handle: int, mem_type: int) -> int:
+        args = tuple(_names(AmdSmiMemoryType, mem_type))
+        with self._call(processor_handle, "amdsmi_get_gpu_memory_usage", args) as gpu:
+            if mem_type == AmdSmiMemoryType.GTT:
+                return GTT_USED
+            if mem_type in (AmdSmiMemoryType.VRAM, AmdSmiMemoryType.VIS_VRAM):
+                return self.node.vram_used_bytes(gpu)
+            raise SmiStatusError(w.AMDSMI_STATUS_INVAL)
+
+    def _clocks(self, gpu: SimGpu) -> dict[int, tuple[int, int, int]]:
+        """Clock domain → (current, min, max) MHz."""
+        s = gpu.spec
+        busy = gpu.load > 0.02
+
+        def scaled(bounds: tuple[int, int], share: float) -> tuple[int, int, int]:
+            lo, hi = bounds
+            return (round(lo + (hi - lo) * share) if busy else lo, lo, hi)
+
+        gfx = self.node.gfx_clock_mhz(gpu)
+        return {
+            AmdSmiClkType.GFX: (gfx, s.gfx_clk_mhz[0], s.gfx_clk_mhz[1]),
+            AmdSmiClkType.MEM: (s.mem_clk_mhz, round(s.mem_clk_mhz * 0.69), s.mem_clk_mhz),
+            AmdSmiClkType.SOC: scaled(s.soc_clk_mhz, 0.5 + 0.5 * gpu.load),
+            AmdSmiClkType.DF: scaled(s.fclk_mhz, 1.0),
+            AmdSmiClkType.VCLK0: scaled(s.vclk_mhz, 0.0),
+            AmdSmiClkType.DCLK0: scaled(s.dclk_mhz, 0.0),
+        }
+
+    def amdsmi_get_clock_info(self, processor_handle: int, clk_type: int) -> r.ClkInfo:
+        func = "amdsmi_get_clock_info"
+        args = tuple(_names(AmdSmiClkType, clk_type))
+        with self._call(processor_handle, func, args) as gpu:
+            clocks = self._clocks(gpu)
+            if clk_type not in clocks:
+                raise SmiStatusError(w.AMDSMI_STATUS_NOT_SUPPORTED)
+            cur, lo, hi = clocks[clk_type]
+            rec = r.ClkInfo(cur, lo, hi, 0, 1 if cur < DEEP_SLEEP_MHZ else 0)
+            self._finish(gpu, func, rec)
+            return rec
+
+    # ------------------------------------------------------------------ ECC / RAS
+    def amdsmi_get_gpu_total_ecc_count(self, processor_handle: int) -> r.ErrorCount:
+        func = "amdsmi_get_gpu_total_ecc_count"
+        with self._call(processor_handle, func) as gpu:
+            counts = gpu.ecc_counts.values()
+            rec = r.ErrorCount(
+                sum(c[0] for c in counts), sum(c[1] for c in counts), sum(c[2] for c in counts)
+            )
+            self._finish(gpu, func, rec)
+            return rec
+
+    def _block(self, block: int) -> str | None:
+        names = [n for n in _names(AmdSmiGpuBlock, block) if n in ENABLED_BLOCKS]
+        return names[0] if names else None
+
+    def amdsmi_get_gpu_ecc_count(self, processor_handle: int, block: int) -> r.ErrorCount:
+        func = "amdsmi_get_gpu_ecc_count"
+        with self._call(processor_handle, func, tuple(_names(AmdSmiGpuBlock, block))) as gpu:
+            name = self._block(block)
+            if name is None:
+                raise SmiStatusError(w.AMDSMI_STATUS_NOT_SUPPORTED)
+            ce, ue, de = gpu.ecc_counts[name]
+            rec = r.ErrorCount(ce, ue, de)
+            self._finish(gpu, func, rec)
+            return rec
+
+    def amdsmi_get_gpu_ecc_enabled(self, processor_handle: int) -> int:
+        with self._call(processor_handle, "amdsmi_get_gpu_ecc_enabled"):
+            mask = 0
+            for name in ENABLED_BLOCKS:
+                mask |= int(AmdSmiGpuBlock[name])
+            return mask
+
+    def amdsmi_get_gpu_ecc_status(self, processor_handle: int, block: int) -> int:
+        func = "amdsmi_get_gpu_ecc_status"
+        with self._call(processor_handle, func, tuple(_names(AmdSmiGpuBlock, block))) as gpu:
+            name = self._block(block)
+            if name is None:
+                return w.AMDSMI_RAS_ERR_STATE_DISABLED
+            ce, ue, de = gpu.ecc_counts[name]
+            if ue:
+                return w.AMDSMI_RAS_ERR_STATE_MULT_UC
+            if de:
+                return w.AMDSMI_RAS_ERR_STATE_POISON
+            if ce:
+                return w.AMDSMI_RAS_ERR_STATE_SING_C
+            return w.AMDSMI_RAS_ERR_STATE_ENABLED
+
+    def amdsmi_get_gpu_ras_feature_info(self, processor_handle: int) -> r.RasFeature:
+        func = "amdsmi_get_gpu_ras_feature_info"
+        with self._call(processor_handle, func) as gpu:
+            rec = r.RasFeature(RAS_EEPROM_VERSION, RAS_SCHEMA)
+            self._finish(gpu, func, rec)
+            return rec
+
+    def amdsmi_get_gpu_ras_block_features_enabled(self, processor_handle: int, block: int) -> int:
+        func = "amdsmi_get_gpu_ras_block_features_enabled"
+        with self._call(processor_handle, func, tuple(_names(AmdSmiGpuBlock, block))):
+            if self._block(block) is None:
+                return w.AMDSMI_RAS_ERR_STATE_DISABLED
+            return w.AMDSMI_RAS_ERR_STATE_ENABLED
+
+    def amdsmi_get_gpu_bad_page_info(self, processor_handle: int) -> list[r.RetiredPage]:
+        with self._call(processor_handle, "amdsmi_get_gpu_bad_page_info") as gpu:
+            return [r.RetiredPage(p.address, p.size, p.status) for p in gpu.bad_pages]
+
+    def amdsmi_get_gpu_memory_reserved_pages(self, processor_handle: int) -> list[r.RetiredPage]:
+        with self._call(processor_handle, "amdsmi_get_gpu_memory_reserved_pages") as gpu:
+            return [r.RetiredPage(p.address, p.size, p.status) for p in gpu.bad_pages]
+
+    def amdsmi_get_gpu_bad_page_threshold(self, processor_handle: int) -> int:
+        with self._call(processor_handle, "amdsmi_get_gpu_bad_page_threshold") as gpu:
+            if not self.node.root:  # the C library reads debugfs
+                raise SmiStatusError(w.AMDSMI_STATUS_NOT_SUPPORTED)
+            return gpu.spec.bad_page_threshold
+
+    # ------------------------------------------------------------------ PCIe
+    def amdsmi_get_pcie_info(self, processor_handle: int) -> r.PcieInfo:
+        func = "amdsmi_get_pcie_info"
+        with self._call(processor_handle, func) as gpu:
+            s = gpu.spec
+            width, speed = self.node.pcie_link(gpu.index)
+            p = gpu.pcie
+            rec = r.PcieInfo(
+                r.PcieStatic(
+                    s.pcie_max_width,
+                    s.pcie_max_speed_mts,
+                    s.pcie_gen,
+                    w.AMDSMI_CARD_FORM_FACTOR_OAM,
+                    s.pcie_gen,
+                ),
+                r.PcieMetric(
+                    pcie_width=width,
+                    pcie_speed=speed,
+                    pcie_bandwidth=round(self.node.pcie_bandwidth_gbs(gpu, width, speed) * 8000),
+                    pcie_replay_count=int(p["replay"]),
+                    pcie_l0_to_recovery_count=int(p["l0"]),
+                    pcie_replay_roll_over_count=int(p["rollover"]),
+                    pcie_nak_sent_count=int(p["nak_sent"]),
+                    pcie_nak_received_count=int(p["nak_rcvd"]),
+                    pcie_lc_perf_other_end_recovery_count=int(p["other"]),
+                ),
+            )
+            self._finish(gpu, func, rec)
+            return rec
+
+    def amdsmi_get_gpu_pci_replay_counter(self, processor_handle: int) -> int:
+        with self._call(processor_handle, "amdsmi_get_gpu_pci_replay_counter") as gpu:
+            return int(gpu.pcie["replay"])
+
+    def amdsmi_get_gpu_cper_entries(
+        self,
+        processor_handle: int,
+        severity_mask: int,
+        buffer_size: int,
+        cursor: int,
+        max_entries: int = CPER_MAX_ENTRIES,
+    ) -> tuple[list[r.CperRecord], int, int]:
+        """(records from ``cursor`` matching ``severity_mask``, next cursor, status).
+
+        The status is SUCCESS, or MORE_DATA when matching records were left for the next
+        call (the entry limit or ``buffer_size`` was reached). Needs root.
+        """
+        with self._call(processor_handle, "amdsmi_get_gpu_cper_entries") as gpu:
+            if not self.node.root:
+                raise SmiStatusError(w.AMDSMI_STATUS_NO_PERM)
+            out: list[r.CperRecord] = []
+            used = 0
+            next_cursor = max(cursor, gpu.cper_total - len(gpu.cper))
+            status = w.AMDSMI_STATUS_SUCCESS
+            for entry in gpu.cper:
+                if entry.seq < next_cursor or not severity_mask & (1 << entry.severity):
+                    continue
+                record = self._cper_record(gpu, entry)
+                if len(out) == max_entries or used + len(record.data) > buffer_size:
+                    status = w.AMDSMI_STATUS_MORE_DATA
+                    break
+                out.append(record)
+                used += len(record.data)
+                next_cursor = entry.seq + 1
+            if status == w.AMDSMI_STATUS_SUCCESS:
+                next_cursor = max(next_cursor, gpu.cper_total)
+            return out, next_cursor, status
+
+    def _cper_record(self, gpu: SimGpu, entry: CperEntry) -> r.CperRecord:
+        stamp = time.gmtime(entry.at)
+        when = r.CperTimestamp(
+            stamp.tm_sec, stamp.tm_min, stamp.tm_hour, 0, stamp.tm_mday, stamp.tm_mon,
+            stamp.tm_year % 100, stamp.tm_year // 100,
+        )  # fmt: skip
+        header = r.CperHeader(
+            signature=b"CPER",
+            revision=0x0100,
+            signature_end=0xFFFFFFFF,
+            sec_cnt=1,
+            error_severity=entry.severity,
+            cper_valid_bits=0b011,  # platform id and timestamp are valid
+            record_length=CPER_HEADER.size + CPER_SECTION_BYTES,
+            timestamp=when,
+            platform_id=f"{gpu.spec.model}-OAM{gpu.ident.oam_id}".encode(),
+            partition_id=b"\0" * 16,
+            creator_id=b"amdgpu",
+            notify_type=struct.pack("<Q", entry.notify) + b"\0" * 8,
+            record_id=f"{entry.seq:08X}".encode(),
+            flags=0,
+            persistence_info=0,
+        )
+        head = CPER_HEADER.pack(
+            header.signature, header.revision, header.signature_end, header.sec_cnt,
+            header.error_severity, header.cper_valid_bits, header.record_length,
+            when.seconds, when.minutes, when.hours, when.flag, when.day, when.month,
+            when.year, when.century, header.platform_id, header.partition_id,
+            header.creator_id, header.notify_type, header.record_id, header.flags,
+            header.persistence_info, b"\0" * 12,
+        )  # fmt: skip
+        body = struct.pack("<16sI", entry.block.encode(), entry.count)
+        return r.CperRecord(header, head + body.ljust(CPER_SECTION_BYTES, b"\0"))
+
+    # ------------------------------------------------------------------ XGMI, topology
+    def amdsmi_get_xgmi_info(self, processor_handle: int) -> r.XgmiInfo:
+        func = "amdsmi_get_xgmi_info"
+        with self._call(processor_handle, func) as gpu:
+            rec = r.XgmiInfo(gpu.spec.xgmi_lanes, gpu.hive_id, gpu.ident.xgmi_node_id, gpu.index)
+            self._finish(gpu, func, rec)
+            return rec
+
+    def amdsmi_gpu_xgmi_error_status(self, processor_handle: int) -> int:
+        with self._call(processor_handle, "amdsmi_gpu_xgmi_error_status") as gpu:
+            return gpu.xgmi_error
+
+    def amdsmi_reset_gpu_xgmi_error(self, processor_handle: int) -> None:
+        with self._call(processor_handle, "amdsmi_reset_gpu_xgmi_error") as gpu:
+            if not self.node.root:
+                raise SmiStatusError(w.AMDSMI_STATUS_NO_PERM)
+            gpu.xgmi_error = w.AMDSMI_XGMI_STATUS_NO_ERRORS
+
+    def amdsmi_get_gpu_xgmi_link_status(self, processor_handle: int) -> r.XgmiLinkStatus:
+        func = "amdsmi_get_gpu_xgmi_link_status"
+        with self._call(processor_handle, func) as gpu:
+            links = len(self.node.peers(gpu.index))
+            status = [
+                w.AMDSMI_XGMI_LINK_UP
+                if self.node.link_up(gpu.index, k)
+                else w.AMDSMI_XGMI_LINK_DOWN
+                for k in range(links)
+            ]
+            rec = r.XgmiLinkStatus(links, status + [w.AMDSMI_XGMI_LINK_DISABLE] * (8 - links))
+            self._finish(gpu, func, rec)
+            return rec
+
+    def amdsmi_get_link_metrics(self, processor_handle: int) -> r.LinkMetrics:
+        func = "amdsmi_get_link_metrics"
+        with self._call(processor_handle, func) as gpu:
+            rec = r.LinkMetrics(num_links=len(self.node.peers(gpu.index)))
+            for k, peer in enumerate(self.node.peers(gpu.index)):
+                pi = self.node.gpus[peer].ident
+                rec.links[k] = r.Link(
+                    bdf=r.Bdf(pi.domain, pi.bus, pi.device, pi.function),
+                    bit_rate=gpu.spec.xgmi_bit_rate_gbps,
+                    max_bandwidth=gpu.spec.xgmi_max_bandwidth_gbps,
+                    link_type=w.AMDSMI_LINK_TYPE_XGMI,
+                    read=int(gpu.xgmi_read_kb[k]),
+                    write=int(gpu.xgmi_write_kb[k]),
+                )
+            self._finish(gpu, func, rec)
+            return rec
+
+    def amdsmi_get_link_topology_nearest(self, processor_handle: int, link_type: int) -> list[int]:
+        """Handles (pointer values) of the nearest GPUs over ``link_type``: the hive for XGMI."""
+        with self._call(processor_handle, "amdsmi_get_link_topology_nearest") as gpu:
+            if link_type == w.AMDSMI_LINK_TYPE_XGMI:
+                return [
+                    self.node.gpus[p].ident.handle
+                    for p in self.node.peers(gpu.index)
+                    if self.node.present(p)
+                ]
+            if link_type == w.AMDSMI_LINK_TYPE_PCIE:
+                return []
+            raise SmiStatusError(w.AMDSMI_STATUS_INVAL)
+
+    def amdsmi_is_P2P_accessible(
+        self, processor_handle_src: int, processor_handle_dst: int
+    ) -> bool:
+        src, dst = self._pair(
+            processor_handle_src, processor_handle_dst, "amdsmi_is_P2P_accessible"
+        )
+        return src.hive_id == dst.hive_id
+
+    def amdsmi_topo_get_numa_node_number(self, processor_handle: int) -> int:
+        """Two sockets: GPUs 0-3 hang off NUMA node 0, GPUs 4-7 off node 1."""
+        with self._call(processor_handle, "amdsmi_topo_get_numa_node_number") as gpu:
+            return gpu.index // 4
+
+    def amdsmi_get_gpu_topo_numa_affinity(self, processor_handle: int) -> int:
+        with self._call(processor_handle, "amdsmi_get_gpu_topo_numa_affinity") as gpu:
+            return gpu.index // 4
+
+    def amdsmi_get_gpu_compute_partition(self, processor_handle: int) -> str:
+        with self._call(processor_handle, "amdsmi_get_gpu_compute_partition"):
+            return "SPX"
+
+    def amdsmi_get_gpu_memory_partition(self, processor_handle: int) -> str:
+        with self._call(processor_handle, "amdsmi_get_gpu_memory_partition"):
+            return "NPS1"
+
+    def amdsmi_get_gpu_metrics_header_info(self, processor_handle: int) -> r.MetricsHeader:
+        with self._call(processor_handle, "amdsmi_get_gpu_metrics_header_info") as gpu:
+            s = gpu.spec
+            return r.MetricsHeader(s.metrics_structure_size, 1, s.metrics_content_revision)
+
+    def _pair(self, src: int, dst: int, function: str) -> tuple[SimGpu, SimGpu]:
+        peer = self.gpu_for_handle(dst)
+        with self._call(src, function) as gpu:
+            return gpu, peer
+
+    def amdsmi_topo_get_link_type(
+        self, processor_handle_src: int, processor_handle_dst: int
+    ) -> tuple[int, int]:
+        """(hops, link type) between two GPUs."""
+        src, dst = self._pair(
+            processor_handle_src, processor_handle_dst, "amdsmi_topo_get_link_type"
+        )
+        if src is dst:
+            return 0, w.AMDSMI_LINK_TYPE_INTERNAL
+        if src.hive_id == dst.hive_id:
+            return 1, w.AMDSMI_LINK_TYPE_XGMI
+        return 2, w.AMDSMI_LINK_TYPE_PCIE
+
+    def amdsmi_topo_get_link_weight(
+        self, processor_handle_src: int, processor_handle_dst: int
+    ) -> int:
+        func = "amdsmi_topo_get_link_weight"
+        src, dst = self._pair(processor_handle_src, processor_handle_dst, func)
+        if src is dst:
+            return 0
+        return XGMI_WEIGHT if src.hive_id == dst.hive_id else 40
+
+    def amdsmi_get_minmax_bandwidth_between_processors(
+        self, processor_handle_src: int, processor_handle_dst: int
+    ) -> tuple[int, int]:
+        func = "amdsmi_get_minmax_bandwidth_between_processors"
+        src, dst = self._pair(processor_handle_src, processor_handle_dst, func)
+        if src is dst or src.hive_id != dst.hive_id:
+            raise SmiStatusError(w.AMDSMI_STATUS_NOT_SUPPORTED)
+        return XGMI_MIN_BW, XGMI_MAX_BW
+
+    # ------------------------------------------------------------------ gpu_metrics, violations
+    def amdsmi_get_gpu_metrics_info(self, processor_handle: int) -> r.GpuMetrics:
+        func = "amdsmi_get_gpu_metrics_info"
+        with self._call(processor_handle, func) as gpu:
+            rec = self._metrics(gpu)
+            self._finish(gpu, func, rec)
+            return rec
+
+    def _metrics(self, gpu: SimGpu) -> r.GpuMetrics:
+        s, node = gpu.spec, self.node
+        now, seed, idx = node.now, node.seed, gpu.index
+        gfx_act, umc_act = self._activity(gpu)
+        clocks = self._clocks(gpu)
+        width, speed = node.pcie_link(idx)
+        peers = node.peers(idx)
+        u16, u32, u64 = 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF
+        m = r.GpuMetrics()
+        m.common_header = r.MetricsHeader(s.metrics_structure_size, 1, s.metrics_content_revision)
+        m.temperature_edge = round(gpu.t_edge)
+        m.temperature_hotspot = round(gpu.t_hotspot + 0.4 * noise(seed, idx, _CH_HOT, now))
+        m.temperature_mem = round(gpu.t_hbm + 0.4 * noise(seed, idx, _CH_HBM, now))
+        m.temperature_vrgfx = round(gpu.t_vr)
+        m.temperature_vrsoc = round(gpu.t_vr + 0.4 * noise(seed, idx, _CH_VR, now))
+        m.temperature_vrmem = round(gpu.t_vr)
+        m.average_gfx_activity = gfx_act
+        m.average_umc_activity = umc_act
+        m.average_mm_activity = 0
+        m.average_socket_power = self._power_now(gpu)
+        m.energy_accumulator = self._energy_ticks(gpu)
+        m.system_clock_counter = int(gpu.uptime_s * 1e9)
+        gfx = clocks[AmdSmiClkType.GFX][0]
+        soc = clocks[AmdSmiClkType.SOC][0]
+        vclk = clocks[AmdSmiClkType.VCLK0][0]
+        dclk = clocks[AmdSmiClkType.DCLK0][0]
+        m.average_gfxclk_frequency = m.current_gfxclk = gfx
+        m.average_socclk_frequency = m.current_socclk = soc
+        m.average_uclk_frequency = m.current_uclk = s.mem_clk_mhz
+        m.average_vclk0_frequency = m.current_vclk0 = vclk
+        m.average_dclk0_frequency = m.current_dclk0 = dclk
+        m.average_vclk1_frequency = m.current_vclk1 = vclk
+        m.average_dclk1_frequency = m.current_dclk1 = dclk
+        m.throttle_status = 0  # the MI3xx driver hard-codes it
+        m.current_fan_speed = 0
+        m.pcie_link_width = width
+        m.pcie_link_speed = speed // 100
+        m.gfx_activity_acc = int(gpu.activity_acc["gfx"]) & u32
+        m.mem_activity_acc = int(gpu.activity_acc["mem"]) & u32
+        m.temperature_hbm = [round(gpu.t_hbm)] * 4
+        m.firmware_timestamp = int(gpu.uptime_s * FW_TICKS_PER_S)
+        m.voltage_soc = m.voltage_gfx = m.voltage_mem = 0
+        m.indep_throttle_status = 0
+        m.current_socket_power = self._power_now(gpu)
+        m.vcn_activity = [0, 0, 0, 0]
+        m.gfxclk_lock_status = 0
+        m.xgmi_link_width = s.xgmi_lanes
+        m.xgmi_link_speed = s.xgmi_bit_rate_gbps
+        m.pcie_bandwidth_acc = int(gpu.pcie_bw_acc)
+        m.pcie_bandwidth_inst = round(node.pcie_bandwidth_gbs(gpu, width, speed))
+        m.pcie_l0_to_recov_count_acc = int(gpu.pcie["l0"])
+        m.pcie_replay_count_acc = int(gpu.pcie["replay"])
+        m.pcie_replay_rover_count_acc = int(gpu.pcie["rollover"])
+        m.xgmi_read_data_acc = [int(v) for v in gpu.xgmi_read_kb[: len(peers)]] + [0] * (
+            8 - len(peers)
+        )
+        m.xgmi_write_data_acc = [int(v) for v in gpu.xgmi_write_kb[: len(peers)]] + [0] * (
+            8 - len(peers)
+        )
+        m.current_gfxclks = [gfx] * s.num_xcc + [u16] * (8 - s.num_xcc)
+        m.current_socclks = [soc] * 4
+        m.current_vclk0s = [vclk] * 4
+        m.current_dclk0s = [dclk] * 4
+        m.jpeg_activity = [0] * 32
+        m.pcie_nak_sent_count_acc = int(gpu.pcie["nak_sent"]) & u32
+        m.pcie_nak_rcvd_count_acc = int(gpu.pcie["nak_rcvd"]) & u32
+        m.accumulation_counter = int(gpu.acc_counter)
+        m.prochot_residency_acc = int(gpu.residency["prochot"])
+        m.ppt_residency_acc = int(gpu.residency["ppt"])
+        m.socket_thm_residency_acc = int(gpu.residency["socket"])
+        m.vr_thm_residency_acc = int(gpu.residency["vr"])
+        m.hbm_thm_residency_acc = int(gpu.residency["hbm"])
+        m.num_partition = 1
+        xcc = s.num_xcc
+        pad32, pad64 = [u32] * (8 - xcc), [u64] * (8 - xcc)
+        ppt, thm = int(gpu.residency["ppt"]), int(gpu.residency["socket"])
+        busy = int(gpu.busy_acc)
+        first = m.xcp_stats[0]
+        first.gfx_busy_inst = [gfx_act] * xcc + pad32
+        first.jpeg_busy = [0] * 32 + [u16] * 8
+        first.vcn_busy = [0] * 4
+        first.gfx_busy_acc = [busy] * xcc + pad64
+        first.gfx_below_host_limit_acc = [ppt + thm] * xcc + pad64
+        first.gfx_below_host_limit_ppt_acc = [ppt] * xcc + pad64
+        first.gfx_below_host_limit_thm_acc = [thm] * xcc + pad64
+        first.gfx_low_utilization_acc = [max(0, int(gpu.acc_counter * 100) - busy)] * xcc + pad64
+        first.gfx_below_host_limit_total_acc = [ppt + thm] * xcc + pad64
+        for xcp in m.xcp_stats[1:]:  # one partition (SPX): the others are empty
+            xcp.gfx_busy_inst = [u32] * 8
+            xcp.jpeg_busy = [u16] * 40
+            xcp.vcn_busy = [u16] * 4
+            xcp.gfx_busy_acc = [u64] * 8
+            xcp.gfx_below_host_limit_acc = [u64] * 8
+            xcp.gfx_below_host_limit_ppt_acc = [u64] * 8
+            xcp.gfx_below_host_limit_thm_acc = [u64] * 8
+            xcp.gfx_low_utilization_acc = [u64] * 8
+            xcp.gfx_below_host_limit_total_acc = [u64] * 8
+        m.pcie_lc_perf_other_end_recovery = int(gpu.pcie["other"]) & u32
+        m.vram_max_bandwidth = s.vram_max_bandwidth_gbs
+        m.xgmi_link_status = [1 if node.link_up(idx, k) else 0 for k in range(len(peers))] + [
+            u16
+        ] * (8 - len(peers))
+        return m
+
+    def amdsmi_get_violation_status(self, processor_handle: int) -> r.ViolationStatus:
+        """Like the C call, minus its 100 ms sleep: ``per_*`` is 100 while a throttler is on."""
+        func = "amdsmi_get_violation_status"
+        with self._call(processor_handle, func) as gpu:
+            t = self.node.throttle_state(gpu)
+            res = gpu.residency
+            ppt, sock = int(res["ppt"]), int(res["socket"])
+            rec = r.ViolationStatus(
+                reference_timestamp=int(self.node.now * 1e6),
+                violation_timestamp=int(gpu.uptime_s * FW_TICKS_PER_S),
+                acc_counter=int(gpu.acc_counter),
+                acc_prochot_thrm=int(res["prochot"]),
+                acc_ppt_pwr=ppt,
+                acc_socket_thrm=sock,
+                acc_vr_thrm=int(res["vr"]),
+                acc_hbm_thrm=int(res["hbm"]),
+                acc_gfx_clk_below_host_limit=ppt + sock,
+                per_prochot_thrm=0,
+                per_ppt_pwr=100 if t.ppt else 0,
+                per_socket_thrm=100 if t.socket_thermal else 0,
+                per_vr_thrm=100 if t.vr_thermal else 0,
+                per_hbm_thrm=100 if t.hbm_thermal else 0,
+                per_gfx_clk_below_host_limit=100 if (t.ppt or t.socket_thermal) else 0,
+                active_prochot_thrm=0,
+                active_ppt_pwr=int(t.ppt),
+                active_socket_thrm=int(t.socket_thermal),
+                active_vr_thrm=int(t.vr_thermal),
+                active_hbm_thrm=int(t.hbm_thermal),
+                active_gfx_clk_below_host_limit=int(t.ppt or t.socket_thermal),
+            )
+            xcc = gpu.spec.num_xcc
+            busy_pct = self._activity(gpu)[0]
+            rows = {
+                "acc_gfx_clk_below_host_limit_pwr": (ppt, 0xFFFFFFFFFFFFFFFF),
+                "acc_gfx_clk_below_host_limit_thm": (sock, 0xFFFFFFFFFFFFFFFF),
+                "acc_low_utilization": (
+                    max(0, int(gpu.acc_counter) - int(gpu.busy_acc / 100)),
+                    0xFFFFFFFFFFFFFFFF,
+                ),
+                "acc_gfx_clk_below_host_limit_total": (ppt + sock, 0xFFFFFFFFFFFFFFFF),
+                "per_gfx_clk_below_host_limit_pwr": (100 if t.ppt else 0, 0xFFFFFFFFFFFFFFFF),
+                "per_gfx_clk_below_host_limit_thm": (
+                    100 if t.socket_thermal else 0,
+                    0xFFFFFFFFFFFFFFFF,
+                ),
+                "per_low_utilization": (100 - busy_pct, 0xFFFFFFFFFFFFFFFF),
+                "per_gfx_clk_below_host_limit_total": (
+                    100 if (t.ppt or t.socket_thermal) else 0,
+                    0xFFFFFFFFFFFFFFFF,
+                ),
+                "active_gfx_clk_below_host_limit_pwr": (int(t.ppt), 0xFF),
+                "active_gfx_clk_below_host_limit_thm": (int(t.socket_thermal), 0xFF),
+                "active_low_utilization": (int(busy_pct < 20), 0xFF),
+                "active_gfx_clk_below_host_limit_total": (int(t.ppt or t.socket_thermal), 0xFF),
+            }
+            for name, (value, empty) in rows.items():
+                grid = [[empty] * 8 for _ in range(8)]
+                grid[0] = [value] * xcc + [empty] * (8 - xcc)
+                setattr(rec, name, grid)
+            self._finish(gpu, func, rec)
+            return rec
+
+    # ------------------------------------------------------------------ processes, reset
+    def amdsmi_get_gpu_process_list(self, processor_handle: int) -> list[r.ProcInfo]:
+        func = "amdsmi_get_gpu_process_list"
+        with self._call(processor_handle, func) as gpu:
+            out = []
+            for proc in self.node.processes(gpu.index):
+                vram = proc.vram[gpu.index]
+                rec = r.ProcInfo(
+                    name=proc.name,
+                    pid=proc.pid,
+                    mem=vram,
+                    engine_usage=r.ProcEngineUsage(int(proc.gfx_ns.get(gpu.index, 0.0)), 0),
+                    memory_usage=r.ProcMemoryUsage(2 * MIB, 12 * MIB, vram),
+                    container_name="",
+                    cu_occupancy=round(gpu.load * 100),
+                )
+                self._finish(gpu, func, rec)
+                out.append(rec)
+            if len(out) > 1024:
+                raise SmiStatusError(w.AMDSMI_STATUS_OUT_OF_RESOURCES)
+            return out
+
+    def amdsmi_get_gpu_compute_process_info(self) -> list[r.ProcessInfo]:
+        """Every KFD process on the node (no handle: what a hive reset would kill)."""
+        self._require_init()
+        with self.node.lock:
+            self.node.sync()
+            return [self._process_info(p.pid) for p in self.node.processes()]
+
+    def amdsmi_get_gpu_compute_process_info_by_pid(self, pid: int) -> r.ProcessInfo:
+        self._require_init()
+        with self.node.lock:
+            self.node.sync()
+            return self._process_info(pid)
+
+    def _process_info(self, pid: int) -> r.ProcessInfo:
+        for proc in self.node.processes():
+            if proc.pid == pid:
+                loads = [self.node.gpus[g].load for g in proc.vram]
+                return r.ProcessInfo(
+                    process_id=pid,
+                    vram_usage=sum(proc.vram.values()) // MIB,
+                    sdma_usage=0,
+                    cu_occupancy=round(100 * sum(loads) / len(loads)) if loads else 0,
+                )
+        raise SmiStatusError(w.AMDSMI_STATUS_NOT_FOUND)
+
+    def amdsmi_reset_gpu(self, processor_handle: int) -> None:
+        """Reset the WHOLE hive of this GPU (root only), as amdgpu does on XGMI platforms."""
+        with self._call(processor_handle, "amdsmi_reset_gpu") as gpu:
+            if not self.node.root:
+                raise SmiStatusError(w.AMDSMI_STATUS_NO_PERM)
+            index = gpu.index
+        self.node.reset_hive(index)
+
+    # ------------------------------------------------------------------ KFD events
+    def amdsmi_init_gpu_event_notification(self, processor_handle: int) -> None:
+        with self._call(processor_handle, "amdsmi_init_gpu_event_notification") as gpu:
+            if gpu.index not in self._listeners:
+                self._listeners[gpu.index] = _Registration(0, self.node.last_event_seq)
+
+    def amdsmi_set_gpu_event_notification_mask(self, processor_handle: int, mask: int) -> None:
+        gpu = self.gpu_for_handle(processor_handle)
+        with self.node.lock:
+            reg = self._listeners.get(gpu.index)
+            if reg is None:
+                raise SmiStatusError(w.AMDSMI_STATUS_INVAL)
+            reg.mask = mask
+
+    def amdsmi_stop_gpu_event_notification(self, processor_handle: int) -> None:
+        gpu = self.gpu_for_handle(processor_handle)
+        with self.node.lock:
+            self._listeners.pop(gpu.index, None)
+
+    def amdsmi_get_gpu_event_notification(
+        self, timeout_ms: int, max_events: int
+    ) -> list[r.EventNotification]:
+        """Events of every GPU with notification on; NO_DATA when none (never waits)."""
+        self._require_init()
+        with self.node.lock:
+            self.node.sync()
+            if not self._listeners:
+                raise SmiStatusError(w.AMDSMI_STATUS_NO_DATA)
+            oldest = min(reg.cursor for reg in self._listeners.values())
+            pending = [
+                e
+                for e in self.node.events_after(oldest)
+                if e.gpu in self._listeners and e.seq > self._listeners[e.gpu].cursor
+            ]
+            pending.sort(key=lambda e: e.seq)
+            chosen = []
+            cutoff = math.inf
+            for event in pending:
+                reg = self._listeners[event.gpu]
+                if reg.mask & (1 << (event.event - 1)):
+                    chosen.append(event)
+                    if len(chosen) == max_events:
+                        cutoff = event.seq
+                        break
+            for event in pending:
+                if event.seq <= cutoff:
+                    reg = self._listeners[event.gpu]
+                    reg.cursor = max(reg.cursor, event.seq)
+            if not chosen:
+                raise SmiStatusError(w.AMDSMI_STATUS_NO_DATA)
+            return [
+                r.EventNotification(self.node.gpus[e.gpu].ident.handle, e.event, e.message[:63])
+                for e in chosen
+            ]
