@@ -34,14 +34,17 @@ _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 def render(argv: Sequence[str], values: Mapping[str, str]) -> list[str]:
     """Replace ``{name}`` placeholders in each argument. Other braces (JSON bodies) stay."""
-    return [_PLACEHOLDER.sub(lambda m: _value(m, values, arg), arg) for arg in argv]
+    return [_render_one(arg, values) for arg in argv]
 
 
-def _value(match: re.Match[str], values: Mapping[str, str], arg: str) -> str:
-    name = match.group(1)
-    if name not in values:
-        raise RemedyError(f"unknown placeholder {{{name}}} in {arg!r}")
-    return values[name]
+def _render_one(arg: str, values: Mapping[str, str]) -> str:
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in values:
+            raise RemedyError(f"unknown placeholder {{{name}}} in {arg!r}")
+        return values[name]
+
+    return _PLACEHOLDER.sub(value, arg)
 
 
 def check_template(argv: Sequence[str]) -> None:
