@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from fleetd.configbase import Duration, StrictModel, load_file
+from fleetd.remedy.config import RemediationConfig
 
 DEFAULT_CONFIG_PATH = Path("/etc/fleetd/fleetd.yaml")
 DEFAULT_STATE_DIR = Path("/var/lib/fleetd")
@@ -98,6 +99,7 @@ class FleetdConfig(StrictModel):
     http: HttpConfig = Field(default_factory=HttpConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     vllm: VllmConfig = Field(default_factory=VllmConfig)
+    remediation: RemediationConfig = Field(default_factory=RemediationConfig)
 
 
 def load_config(path: str | Path) -> FleetdConfig:
