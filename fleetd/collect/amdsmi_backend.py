@@ -1,0 +1,586 @@
+"""The only module that touches amdsmi: loading it, enumerating GPUs, raw per-GPU calls.
+
+The amdsmi module is a constructor argument, so the same code runs on the real library
+(``load_amdsmi()``) and on the simulator (``fleetd.sim``). Processor handles are
+``ctypes.c_void_p``: unhashable and not equal by value, so GPUs are keyed by PCI BDF.
+Slow calls (amdsmi_get_violation_status sleeps 100 ms, amdsmi_get_gpu_pci_throughput
+blocks ~1 s) are deliberately not offered: throttling comes from gpu_metrics residency
+counters instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import threading
+from collections.abc import Callable, Mapping
+from types import ModuleType
+from typing import Any, TypeVar
+
+from fleetd.collect import parse
+from fleetd.collect.source import REASON_ERROR, REASON_GPU_MISSING, GpuProcess, ReadError
+from fleetd.errors import BackendError
+from fleetd.logs import get_logger
+from fleetd.model import GpuIdentity
+
+__all__ = ["AmdSmiBackend", "AmdSmiGpu", "GpuProcess", "load_amdsmi", "status_reason"]
+
+T = TypeVar("T")
+log = get_logger("collect.backend")
+
+FIX_HINT = (
+    "install ROCm's amd-smi-lib 7.0.x, set ROCM_PATH to the ROCm directory (e.g. /opt/rocm), "
+    "and install the matching Python package with `pip install fleetd[amd]` (amdsmi==7.0.2)"
+)
+
+# amdsmi status codes (amdsmi_wrapper.AMDSMI_STATUS_*) → short reasons for missing readings.
+_STATUS_REASONS: dict[int, str] = {
+    1: "invalid_argument",
+    2: "not_supported",
+    3: "not_implemented",
+    4: "fail_load_module",
+    5: "fail_load_symbol",
+    6: "drm_error",
+    7: "api_failed",
+    8: "library_timeout",
+    9: "retry",
+    10: "no_perm",
+    11: "interrupted",
+    12: "io_error",
+    13: "address_fault",
+    14: "file_error",
+    15: "out_of_resources",
+    16: "internal_exception",
+    17: "out_of_bounds",
+    18: "init_error",
+    19: "refcount_overflow",
+    20: "directory_not_found",
+    30: "busy",
+    31: "not_found",
+    32: "not_init",
+    33: "no_slot",
+    34: "driver_not_loaded",
+    40: "no_data",
+    41: "insufficient_size",
+    42: "unexpected_size",
+    43: "unexpected_data",
+    52: "file_not_found",
+    54: "amdgpu_restart_error",
+    55: "setting_unavailable",
+    56: "corrupted_eeprom",
+}
+NOT_SUPPORTED = "not_supported"
+DEVICE_NOT_FOUND = "not_found"
+
+
+def status_reason(code: object) -> str:
+    """A short reason for an amdsmi status code (2 → not_supported, 10 → no_perm, 30 → busy)."""
+    if isinstance(code, int) and not isinstance(code, bool):
+        return _STATUS_REASONS.get(abs(code), f"status_{abs(code)}")
+    return REASON_ERROR
+
+
+def load_amdsmi(module_name: str = "amdsmi") -> ModuleType:
+    """Import amdsmi, turning its many failure modes into one clear BackendError line.
+
+    ``import amdsmi`` prints two lines and raises KeyError when libamd_smi.so is missing,
+    AttributeError when the library lacks a 7.0.2 symbol, OSError when the loader fails,
+    ImportError when the Python package is absent. The printed lines are captured and the
+    loader's own message is folded into the single line we raise.
+    """
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(captured):
+            return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name not in (None, module_name) and not (exc.name or "").startswith(module_name):
+            raise BackendError(
+                f"cannot load amdsmi: Python module {exc.name!r} is missing; {FIX_HINT}"
+            ) from None
+        raise BackendError(
+            f"cannot load amdsmi: the Python package is not installed; {FIX_HINT}"
+        ) from None
+    except (KeyError, OSError) as exc:
+        loader = _first_line(captured.getvalue()) or str(exc)
+        raise BackendError(
+            f"cannot load amdsmi: libamd_smi.so was not found ({loader}); {FIX_HINT}"
+        ) from None
+    except AttributeError as exc:
+        raise BackendError(
+            f"cannot load amdsmi: the installed libamd_smi.so does not match amdsmi 7.0.2 "
+            f"({_first_line(str(exc))}); {FIX_HINT}"
+        ) from None
+    except ImportError as exc:
+        raise BackendError(
+            f"cannot load amdsmi: {_first_line(str(exc)) or type(exc).__name__}; {FIX_HINT}"
+        ) from None
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+class _NotSupported:
+    """A remembered NOT_SUPPORTED answer in the static cache."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: ReadError) -> None:
+        self.error = error
+
+
+class AmdSmiGpu:
+    """One GPU: its identity, its current handle (None while it is off the bus), raw calls.
+
+    The object lives as long as the backend, keyed by BDF; rediscovery swaps the handle and
+    clears the caches, so pollers may keep references across resets.
+    """
+
+    def __init__(self, backend: AmdSmiBackend, identity: GpuIdentity, handle: Any) -> None:
+        self._backend = backend
+        self._amdsmi = backend.amdsmi
+        self._identity = identity
+        self._handle: Any = handle
+        self._static: dict[str, Any] = {}
+        self._poll: dict[str, tuple[float, Any, ReadError | None]] = {}
+        self._memo: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    # --- identity and state -----------------------------------------------------------
+    @property
+    def identity(self) -> GpuIdentity:
+        return self._identity
+
+    @property
+    def present(self) -> bool:
+        return self._handle is not None
+
+    @property
+    def handle(self) -> Any:
+        return self._handle
+
+    def _rebind(self, identity: GpuIdentity, handle: Any) -> None:
+        with self._lock:
+            self._identity = identity
+            self._handle = handle
+            self._static = {}
+            self._poll = {}
+            self._memo = {}
+
+    def _vanish(self) -> None:
+        with self._lock:
+            self._handle = None
+            self._poll = {}
+
+    # --- caches -----------------------------------------------------------------------
+    def static(self, key: str, read: Callable[[], T]) -> T:
+        if self._handle is None:  # a GPU that is gone reports nothing, not even cached values
+            raise ReadError(REASON_GPU_MISSING, self._identity.bdf)
+        cached = self._static.get(key, _MISSING)
+        if cached is not _MISSING:
+            if isinstance(cached, _NotSupported):
+                raise cached.error
+            return cached  # type: ignore[no-any-return]
+        try:
+            value = read()
+        except ReadError as exc:
+            if exc.reason == NOT_SUPPORTED:
+                self._static[key] = _NotSupported(exc)
+            raise
+        self._static[key] = value
+        return value
+
+    def per_poll(self, key: str, now: float, read: Callable[[], T]) -> T:
+        entry = self._poll.get(key)
+        if entry is not None and entry[0] == now:
+            if entry[2] is not None:
+                raise entry[2]
+            return entry[1]  # type: ignore[no-any-return]
+        try:
+            value = read()
+        except ReadError as exc:
+            self._poll[key] = (now, None, exc)
+            raise
+        self._poll[key] = (now, value, None)
+        return value
+
+    def memo(self) -> dict[str, Any]:
+        return self._memo
+
+    def ras_blocks(self) -> Mapping[str, int]:
+        return self._backend.ras_blocks
+
+    # --- raw calls ----------------------------------------------------------------------
+    def _call(self, name: str, *args: Any) -> Any:
+        handle = self._handle
+        if handle is None:
+            raise ReadError(REASON_GPU_MISSING, self._identity.bdf)
+        try:
+            return self._backend.call(name, handle, *args)
+        except ReadError as exc:
+            if exc.reason == DEVICE_NOT_FOUND:
+                # the handle no longer names a device: the GPU fell off the bus
+                self._lost(handle)
+            raise
+
+    def _lost(self, handle: Any) -> None:
+        with self._lock:
+            if self._handle is not handle:
+                return
+            self._handle = None
+            self._poll = {}
+        log.warning("gpu_lost", gpu=self._identity.index, bdf=self._identity.bdf)
+
+    def temp_metric(self, sensor: str, metric: str) -> object:
+        return self._call(
+            "amdsmi_get_temp_metric",
+            self._backend.enum("AmdSmiTemperatureType", sensor),
+            self._backend.enum("AmdSmiTemperatureMetric", metric),
+        )
+
+    def power_info(self) -> dict[str, object]:
+        return _as_dict(self._call("amdsmi_get_power_info"))
+
+    def power_cap_info(self) -> dict[str, object]:
+        return _as_dict(self._call("amdsmi_get_power_cap_info"))
+
+    def energy_count(self) -> dict[str, object]:
+        return _as_dict(self._call("amdsmi_get_energy_count"))
+
+    def total_ecc_count(self) -> dict[str, object]:
+        return _as_dict(self._call("amdsmi_get_gpu_total_ecc_count"))
+
+    def ecc_count(self, block: str) -> dict[str, object]:
+        return _as_dict(
+            self._call("amdsmi_get_gpu_ecc_count", self._backend.enum("AmdSmiGpuBlock", block))
+        )
+
+    def ecc_enabled(self) -> object:
+        return self._call("amdsmi_get_gpu_ecc_enabled")
+
+    def bad_page_info(self) -> object:
+        return self._call("amdsmi_get_gpu_bad_page_info")
+
+    def bad_page_threshold(self) -> object:
+        return self._call("amdsmi_get_gpu_bad_page_threshold")
+
+    def pcie_info(self) -> dict[str, Any]:
+        return _as_dict(self._call("amdsmi_get_pcie_info"))
+
+    def xgmi_error_status(self) -> object:
+        return self._call("amdsmi_gpu_xgmi_error_status")
+
+    def xgmi_link_status(self) -> dict[str, Any]:
+        return _as_dict(self._call("amdsmi_get_gpu_xgmi_link_status"))
+
+    def link_metrics(self) -> dict[str, Any]:
+        return _as_dict(self._call("amdsmi_get_link_metrics"))
+
+    def gpu_metrics(self) -> dict[str, Any]:
+        return _as_dict(self._call("amdsmi_get_gpu_metrics_info"))
+
+    def activity(self) -> dict[str, object]:
+        return _as_dict(self._call("amdsmi_get_gpu_activity"))
+
+    def memory_usage(self, mem_type: str) -> object:
+        return self._call(
+            "amdsmi_get_gpu_memory_usage", self._backend.enum("AmdSmiMemoryType", mem_type)
+        )
+
+    def memory_total(self, mem_type: str) -> object:
+        return self._call(
+            "amdsmi_get_gpu_memory_total", self._backend.enum("AmdSmiMemoryType", mem_type)
+        )
+
+    def clock_info(self, clock_type: str) -> dict[str, object]:
+        return _as_dict(
+            self._call("amdsmi_get_clock_info", self._backend.enum("AmdSmiClkType", clock_type))
+        )
+
+    def process_list(self) -> list[dict[str, Any]]:
+        result = self._call("amdsmi_get_gpu_process_list")
+        if not isinstance(result, list):
+            raise ReadError(parse.REASON_WRONG_TYPE, type(result).__name__)
+        return result
+
+
+_MISSING: Any = object()
+
+
+def _as_dict(result: object) -> dict[str, Any]:
+    if not isinstance(result, dict):
+        raise ReadError(parse.REASON_WRONG_TYPE, type(result).__name__)
+    return result
+
+
+class AmdSmiBackend:
+    """Initialises amdsmi once, enumerates GPUs by BDF, and serves per-GPU raw calls.
+
+    A GPU that disappears from enumeration is kept (``present`` False) and reported missing,
+    never silently dropped; its index is kept for when it comes back.
+    """
+
+    def __init__(self, amdsmi_module: ModuleType) -> None:
+        self.amdsmi = amdsmi_module
+        self._exc_base: type[BaseException] = getattr(amdsmi_module, "AmdSmiException", Exception)
+        self._enums: dict[tuple[str, str], Any] = {}
+        self._lock = threading.RLock()
+        self._gpus: list[AmdSmiGpu] = []  # index order; index == position
+        self._closed = False
+        self.ras_blocks: Mapping[str, int] = self._read_ras_blocks()
+        self._init()
+        self._discover()
+
+    # --- library plumbing ---------------------------------------------------------------
+    def enum(self, enum_name: str, member: str) -> Any:
+        """The module's enum member by name, looked up once."""
+        key = (enum_name, member)
+        value = self._enums.get(key)
+        if value is None:
+            try:
+                value = getattr(self.amdsmi, enum_name)[member]
+            except (AttributeError, KeyError) as exc:
+                raise ReadError(REASON_ERROR, f"{enum_name}.{member} unknown") from exc
+            self._enums[key] = value
+        return value
+
+    def call(self, name: str, *args: Any) -> Any:
+        """Call an amdsmi function; any failure becomes ReadError with a short reason."""
+        try:
+            fn = getattr(self.amdsmi, name)
+        except AttributeError:
+            raise ReadError(REASON_ERROR, f"amdsmi has no {name}") from None
+        try:
+            return fn(*args)
+        except ReadError:
+            raise
+        except Exception as exc:
+            raise self._read_error(exc) from exc
+
+    def _read_error(self, exc: BaseException) -> ReadError:
+        if isinstance(exc, self._exc_base):
+            code = getattr(exc, "err_code", None)
+            if code is None:
+                return ReadError("bad_parameter", _first_line(str(exc)))
+            return ReadError(status_reason(code), _first_line(str(exc)))
+        return ReadError(REASON_ERROR, f"{type(exc).__name__}: {_first_line(str(exc))}")
+
+    def _read_ras_blocks(self) -> Mapping[str, int]:
+        block_enum = getattr(self.amdsmi, "AmdSmiGpuBlock", None)
+        if block_enum is None:
+            return {}
+        blocks: dict[str, int] = {}
+        for member in block_enum:
+            if member.name in ("INVALID", "RESERVED"):
+                continue
+            blocks[member.name.lower()] = int(member.value)
+        return blocks
+
+    def _init(self) -> None:
+        try:
+            flags = self.amdsmi.AmdSmiInitFlags.INIT_AMD_GPUS
+            self.amdsmi.amdsmi_init(flag=flags)
+        except Exception as exc:
+            reason = self._read_error(exc)
+            raise BackendError(
+                f"amdsmi_init failed ({reason}); is the amdgpu driver loaded and may this "
+                f"user open /dev/kfd and /dev/dri? (run as root or in the render and video groups)"
+            ) from None
+
+    def _enumerate(self) -> list[tuple[str, Any]]:
+        """(BDF, handle) of every GPU amdsmi sees now."""
+        try:
+            handles = self.amdsmi.amdsmi_get_processor_handles()
+        except Exception as exc:
+            raise BackendError(f"cannot enumerate GPUs: {self._read_error(exc)}") from None
+        found: list[tuple[str, Any]] = []
+        for handle in handles:
+            try:
+                bdf = self.call("amdsmi_get_gpu_device_bdf", handle)
+            except ReadError as exc:
+                log.warning("gpu_bdf_unreadable", reason=exc.reason, detail=exc.detail)
+                continue
+            if not isinstance(bdf, str) or not bdf:
+                continue
+            found.append((bdf.lower(), handle))
+        return found
+
+    def _identity(self, index: int, bdf: str, handle: Any) -> GpuIdentity:
+        def read(name: str, *args: Any) -> Any:
+            try:
+                return self.call(name, handle, *args)
+            except ReadError:
+                return None
+
+        def field(result: Any, key: str) -> Any:
+            return result.get(key) if isinstance(result, dict) else None
+
+        uuid = parse.text(read("amdsmi_get_gpu_device_uuid"))
+        asic = read("amdsmi_get_gpu_asic_info")
+        board = read("amdsmi_get_gpu_board_info")
+        enumeration = read("amdsmi_get_gpu_enumeration_info")
+        if uuid is None:
+            uuid = parse.text(field(enumeration, "hip_uuid")) or f"bdf-{bdf}"
+        market = field(asic, "market_name")
+        product_name = field(board, "product_name")
+        return GpuIdentity(
+            index=index,
+            uuid=uuid,
+            bdf=bdf,
+            serial=parse.text(field(board, "product_serial"))
+            or parse.text(field(asic, "asic_serial")),
+            product=parse.text(product_name) or parse.text(market),
+            model=parse.normalise_model(market, product_name),
+            vbios=parse.text(field(read("amdsmi_get_gpu_vbios_info"), "version")),
+            driver_version=parse.text(field(read("amdsmi_get_gpu_driver_info"), "driver_version")),
+            kfd_id=parse.index_value(field(read("amdsmi_get_gpu_kfd_info"), "kfd_id")),
+            hip_id=parse.index_value(field(enumeration, "hip_id")),
+            hive_id=parse.hive_id(field(read("amdsmi_get_xgmi_info"), "xgmi_hive_id")),
+        )
+
+    def _discover(self) -> None:
+        """Match what amdsmi enumerates now against known GPUs, by BDF."""
+        found = self._enumerate()
+        with self._lock:
+            by_bdf = {gpu.identity.bdf: gpu for gpu in self._gpus}
+            seen: set[str] = set()
+            for bdf, handle in found:
+                if bdf in seen:
+                    continue
+                seen.add(bdf)
+                known = by_bdf.get(bdf)
+                index = known.identity.index if known is not None else len(self._gpus)
+                identity = self._identity(index, bdf, handle)
+                if known is None:
+                    self._gpus.append(AmdSmiGpu(self, identity, handle))
+                    log.info("gpu_found", gpu=index, bdf=bdf, uuid=identity.uuid)
+                else:
+                    known._rebind(identity, handle)
+            for gpu in self._gpus:
+                if gpu.identity.bdf not in seen and gpu.present:
+                    gpu._vanish()
+                    log.warning("gpu_missing", gpu=gpu.identity.index, bdf=gpu.identity.bdf)
+
+    # --- what the poller and remediation call -----------------------------------------------
+    def sources(self) -> list[AmdSmiGpu]:
+        """Every known GPU (present or vanished), in index order."""
+        with self._lock:
+            return list(self._gpus)
+
+    def gpus(self) -> list[GpuIdentity]:
+        """Identity of every known GPU, present or vanished, in index order."""
+        with self._lock:
+            return [gpu.identity for gpu in self._gpus]
+
+    def present(self, index: int) -> bool:
+        return self._gpu(index).present
+
+    def _gpu(self, index: int) -> AmdSmiGpu:
+        with self._lock:
+            if not 0 <= index < len(self._gpus):
+                raise BackendError(f"no GPU with index {index} (known: 0..{len(self._gpus) - 1})")
+            return self._gpus[index]
+
+    def reset_unit(self, index: int) -> list[int]:
+        """Indices of the GPUs a reset of ``index`` touches: its whole XGMI hive.
+
+        amdgpu recovers every device of a hive together, so the unit of a reset is the hive;
+        a GPU with no (or an unknown) hive id is its own unit.
+        """
+        hive = self._gpu(index).identity.hive_id
+        if hive is None:
+            return [index]
+        with self._lock:
+            return sorted(g.identity.index for g in self._gpus if g.identity.hive_id == hive)
+
+    def reset_gpu(self, index: int) -> None:
+        """amdsmi_reset_gpu on one GPU (which resets its whole hive); raises BackendError."""
+        gpu = self._gpu(index)
+        handle = gpu.handle
+        if handle is None:
+            raise BackendError(f"cannot reset GPU {index} ({gpu.identity.bdf}): it is missing")
+        try:
+            self.call("amdsmi_reset_gpu", handle)
+        except ReadError as exc:
+            hint = " (needs root and debugfs)" if exc.reason == "no_perm" else ""
+            raise BackendError(
+                f"reset of GPU {index} ({gpu.identity.bdf}) failed: {exc.reason}{hint}"
+            ) from None
+        log.warning("gpu_reset_issued", gpu=index, bdf=gpu.identity.bdf)
+
+    def processes(self, index: int) -> list[GpuProcess]:
+        """Processes holding GPU ``index`` (amdsmi_get_gpu_process_list); raises BackendError."""
+        gpu = self._gpu(index)
+        try:
+            records = gpu.process_list()
+        except ReadError as exc:
+            raise BackendError(
+                f"cannot list processes on GPU {index} ({gpu.identity.bdf}): {exc.reason}"
+            ) from None
+        result: list[GpuProcess] = []
+        for record in records:
+            pid = parse.index_value(record.get("pid") if isinstance(record, dict) else None)
+            if pid is None:
+                continue
+            memory = parse.nonneg_bytes(record.get("mem"))
+            result.append(
+                GpuProcess(
+                    pid=pid,
+                    name=parse.text(record.get("name")),
+                    memory_bytes=int(memory) if memory is not None else None,
+                )
+            )
+        return result
+
+    def compute_processes(self) -> list[int]:
+        """PIDs of every KFD (compute) process on the node: all of them die in a hive reset."""
+        try:
+            records = self.call("amdsmi_get_gpu_compute_process_info")
+        except ReadError as exc:
+            raise BackendError(f"cannot list KFD processes: {exc.reason}") from None
+        if not isinstance(records, list):
+            raise BackendError("cannot list KFD processes: unexpected result")
+        pids = {
+            pid
+            for record in records
+            if isinstance(record, dict)
+            and (pid := parse.index_value(record.get("process_id"))) is not None
+        }
+        return sorted(pids)
+
+    def rediscover(self) -> list[GpuIdentity]:
+        """shut_down + init + enumerate again (after a reset: handles may be stale).
+
+        GPUs are matched by BDF and keep their index; one that did not come back stays
+        known and is reported missing.
+        """
+        with self._lock:
+            try:
+                self.amdsmi.amdsmi_shut_down()
+            except Exception as exc:
+                log.warning("amdsmi_shut_down_failed", reason=self._read_error(exc).reason)
+            try:
+                self._init()
+            except BackendError:
+                for gpu in self._gpus:
+                    gpu._vanish()
+                raise
+            self._discover()
+            return self.gpus()
+
+    def close(self) -> None:
+        """Shut amdsmi down once; later calls do nothing."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for gpu in self._gpus:
+                gpu._vanish()
+            try:
+                self.amdsmi.amdsmi_shut_down()
+            except Exception as exc:
+                log.warning("amdsmi_shut_down_failed", reason=self._read_error(exc).reason)

@@ -1,0 +1,42 @@
+"""One collector per file; ``default_collectors`` is the set the daemon polls."""
+
+from __future__ import annotations
+
+from fleetd.collect.base import Collector
+from fleetd.collect.collectors.ecc import EccCollector
+from fleetd.collect.collectors.identity import IdentityCollector
+from fleetd.collect.collectors.pcie import PcieCollector
+from fleetd.collect.collectors.power import PowerCollector
+from fleetd.collect.collectors.processes import ProcessesCollector
+from fleetd.collect.collectors.temperature import TemperatureCollector
+from fleetd.collect.collectors.throttle import ThrottleCollector
+from fleetd.collect.collectors.usage import UsageCollector
+from fleetd.collect.collectors.xgmi import XgmiCollector
+
+__all__ = [
+    "EccCollector",
+    "IdentityCollector",
+    "PcieCollector",
+    "PowerCollector",
+    "ProcessesCollector",
+    "TemperatureCollector",
+    "ThrottleCollector",
+    "UsageCollector",
+    "XgmiCollector",
+    "default_collectors",
+]
+
+
+def default_collectors(*, processes_interval: float = 30.0) -> list[Collector]:
+    """Every GPU collector, fast ones first; process listing runs every ``processes_interval`` s."""
+    return [
+        IdentityCollector(),
+        TemperatureCollector(),
+        PowerCollector(),
+        EccCollector(),
+        PcieCollector(),
+        XgmiCollector(),
+        ThrottleCollector(),
+        UsageCollector(),
+        ProcessesCollector(interval=processes_interval),
+    ]

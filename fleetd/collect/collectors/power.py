@@ -1,0 +1,45 @@
+"""Socket power, average power, power cap and the energy counter.
+
+amdsmi_get_power_info reports W (and leaks raw 0xFFFFFFFF… for unsupported fields, e.g.
+average power on MI300-class); amdsmi_get_power_cap_info reports µW; the energy counter is
+ticks × resolution in µJ. parse converts each exactly once.
+"""
+
+from __future__ import annotations
+
+from fleetd.collect import parse
+from fleetd.collect.base import Readings, attempt, field
+from fleetd.collect.source import GpuSource
+from fleetd.model import Reading
+
+POWER = "fleetd_gpu_power_watts"
+POWER_AVERAGE = "fleetd_gpu_power_average_watts"
+POWER_CAP = "fleetd_gpu_power_cap_watts"
+ENERGY = "fleetd_gpu_energy_joules_total"
+
+
+class PowerCollector:
+    name = "power"
+
+    def collect(self, gpu: GpuSource, now: float) -> list[Reading]:
+        out = Readings(gpu.identity, now)
+
+        info, err = attempt(gpu.power_info)
+        raw = field(info, "current_socket_power")
+        out.add(POWER, parse.watts(raw), raw, reason=err)
+        raw = field(info, "average_socket_power")
+        out.add(POWER_AVERAGE, parse.watts(raw), raw, reason=err)
+
+        cap, err = attempt(gpu.power_cap_info)
+        raw = field(cap, "power_cap")
+        out.add(POWER_CAP, parse.microwatts_to_watts(raw), raw, reason=err)
+
+        energy, err = attempt(gpu.energy_count)
+        ticks, resolution = field(energy, "energy_accumulator"), field(energy, "counter_resolution")
+        joules = parse.energy_joules(ticks, resolution)
+        out.add(
+            ENERGY,
+            joules,
+            reason=err or (parse.first_reason(ticks, resolution) if joules is None else None),
+        )
+        return out.items

@@ -1,0 +1,44 @@
+"""Utilisation (gfx, memory), VRAM used and total, and current clocks (gfx, memory, soc)."""
+
+from __future__ import annotations
+
+from fleetd.collect import parse
+from fleetd.collect.base import Readings, attempt, field
+from fleetd.collect.source import GpuSource
+from fleetd.model import Reading
+
+UTILIZATION = "fleetd_gpu_utilization_ratio"
+MEMORY_USED = "fleetd_gpu_memory_used_bytes"
+MEMORY_TOTAL = "fleetd_gpu_memory_total_bytes"
+CLOCK = "fleetd_gpu_clock_hertz"
+
+ENGINES = (("gfx", "gfx_activity"), ("memory", "umc_activity"))
+CLOCKS = (("gfx", "GFX"), ("memory", "MEM"), ("soc", "SOC"))
+
+
+class UsageCollector:
+    name = "usage"
+
+    def collect(self, gpu: GpuSource, now: float) -> list[Reading]:
+        out = Readings(gpu.identity, now)
+        activity, err = attempt(gpu.activity)
+        for engine, key in ENGINES:
+            raw = field(activity, key)
+            out.add(
+                UTILIZATION,
+                parse.percent_to_ratio(raw),
+                raw,
+                reason=err,
+                labels=(("engine", engine),),
+            )
+
+        raw, err = attempt(gpu.memory_usage, "VRAM")
+        out.add(MEMORY_USED, parse.nonneg_bytes(raw), raw, reason=err)
+        raw, err = attempt(gpu.static, "vram_total", lambda: gpu.memory_total("VRAM"))
+        out.add(MEMORY_TOTAL, parse.nonneg_bytes(raw), raw, reason=err)
+
+        for domain, clock_type in CLOCKS:
+            info, err = attempt(gpu.clock_info, clock_type)
+            raw = field(info, "clk")
+            out.add(CLOCK, parse.mhz_to_hz(raw), raw, reason=err, labels=(("domain", domain),))
+        return out.items

@@ -1,0 +1,252 @@
+"""The /metrics content: the latest Snapshot, vLLM readings and fleetd's self-metrics.
+
+A prometheus_client custom collector registered on a registry the daemon passes in (never
+the global one). Missing readings are not exported as samples — the series goes stale and
+``fleetd_gpu_readings_missing`` counts them — so a failed read never looks like a zero.
+Every family comes from the catalog, which gives its type and help; the HTTP server (the
+daemon's) renders the registry with ``prometheus_client.generate_latest``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+
+from prometheus_client import ProcessCollector
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from fleetd import __version__
+from fleetd.collect.catalog import CATALOG, MetricSpec
+from fleetd.logs import get_logger
+from fleetd.model import Reading, Snapshot
+
+log = get_logger("collect.exporter")
+
+POLL_DURATION_BUCKETS: tuple[float, ...] = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+
+
+def _family(
+    spec: MetricSpec, label_names: Sequence[str]
+) -> GaugeMetricFamily | CounterMetricFamily:
+    if spec.type == "counter":
+        return CounterMetricFamily(spec.name, spec.help, labels=label_names)
+    return GaugeMetricFamily(spec.name, spec.help, labels=label_names)
+
+
+def render_readings(
+    readings: Iterable[Reading], catalog: Mapping[str, MetricSpec] = CATALOG
+) -> list[Metric]:
+    """Metric families for the non-missing readings, in catalog order.
+
+    A reading of a metric outside the catalog, or with labels its family does not have,
+    is dropped and logged, never exported.
+    """
+    grouped: dict[str, list[Reading]] = {}
+    for reading in readings:
+        if reading.value is not None:
+            grouped.setdefault(reading.metric, []).append(reading)
+    families: list[Metric] = []
+    for name, spec in catalog.items():
+        group = grouped.pop(name, None)
+        if not group:
+            continue
+        names = tuple(k for k, _ in group[0].labels)  # Labels are sorted by name
+        family = _family(spec, names)
+        for reading in group:
+            labels = reading.labels
+            if len(labels) != len(names) or any(
+                k != n for (k, _), n in zip(labels, names, strict=True)
+            ):
+                log.warning("reading_labels_mismatch", metric=name, labels=[k for k, _ in labels])
+                continue
+            family.add_metric([v for _, v in labels], reading.value)  # type: ignore[arg-type]
+        families.append(family)
+    for name in grouped:
+        log.warning("metric_not_in_catalog", metric=name)
+    return families
+
+
+def _go_float(value: float) -> str:
+    """Bucket bound as Prometheus writes it ("+Inf", "0.005", "1.0")."""
+    if value == float("inf"):
+        return "+Inf"
+    return repr(float(value))
+
+
+class _Histogram:
+    """A cumulative histogram kept by hand, so no prometheus_client metric object is global."""
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(sorted(bounds))
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        for i, bound in enumerate(self.bounds):
+            if value <= bound:
+                self.counts[i] += 1
+                break
+        else:
+            self.counts[-1] += 1
+        self.total += value
+
+    def buckets(self) -> list[tuple[str, float]]:
+        result: list[tuple[str, float]] = []
+        running = 0
+        for bound, count in zip((*self.bounds, float("inf")), self.counts, strict=True):
+            running += count
+            result.append((_go_float(bound), float(running)))
+        return result
+
+
+class FleetdExporter(Collector):
+    """Renders fleetd's state for /metrics; the daemon feeds it after each poll and scrape."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        version: str = __version__,
+        process_metrics: bool = True,
+        poll_buckets: Sequence[float] = POLL_DURATION_BUCKETS,
+        catalog: Mapping[str, MetricSpec] = CATALOG,
+    ) -> None:
+        self._catalog = catalog
+        self._version = version
+        self._lock = threading.Lock()
+        self._snapshot: Snapshot | None = None
+        self._gpu_families: list[Metric] | None = None
+        self._vllm: tuple[Reading, ...] = ()
+        self._vllm_families: list[Metric] | None = None
+        self._polls = 0
+        self._missed = 0
+        self._durations = _Histogram(poll_buckets)
+        self._scrape_errors: dict[str, int] = {}
+        self._reloads = {"success": 0, "failure": 0}
+        self._last_reload_ok: bool | None = None
+        registry.register(self)
+        if process_metrics:
+            ProcessCollector(registry=registry)
+
+    # --- what the daemon calls ----------------------------------------------------------
+    def update(self, snapshot: Snapshot) -> None:
+        """Publish a finished poll."""
+        with self._lock:
+            self._snapshot = snapshot
+            self._gpu_families = None
+            self._polls += 1
+            self._durations.observe(snapshot.duration_s)
+
+    def update_vllm(self, readings: Sequence[Reading], failed_workers: Iterable[str] = ()) -> None:
+        """Publish the latest vLLM scrape (and derived per-GPU readings such as tokens/J)."""
+        with self._lock:
+            self._vllm = tuple(readings)
+            self._vllm_families = None
+            for worker in failed_workers:
+                self._scrape_errors[worker] = self._scrape_errors.get(worker, 0) + 1
+
+    def record_missed_poll(self) -> None:
+        """A poll was skipped because the previous one was still running."""
+        with self._lock:
+            self._missed += 1
+
+    def record_config_reload(self, success: bool) -> None:
+        with self._lock:
+            self._reloads["success" if success else "failure"] += 1
+            self._last_reload_ok = success
+
+    # --- prometheus_client Collector ---------------------------------------------------
+    def describe(self) -> Iterable[Metric]:
+        """Nothing up front: the families depend on what the GPUs report."""
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            snapshot = self._snapshot
+            if snapshot is not None and self._gpu_families is None:
+                self._gpu_families = render_readings(snapshot.readings, self._catalog)
+            if self._vllm_families is None:
+                self._vllm_families = render_readings(self._vllm, self._catalog)
+            gpu_families = list(self._gpu_families or ())
+            vllm_families = list(self._vllm_families)
+            self_families = self._self_metrics(snapshot)
+        yield from gpu_families
+        yield from vllm_families
+        yield from self_families
+
+    def _self_metrics(self, snapshot: Snapshot | None) -> list[Metric]:
+        def spec(name: str) -> MetricSpec:
+            return self._catalog[name]
+
+        out: list[Metric] = []
+        build = GaugeMetricFamily(
+            "fleetd_build_info", spec("fleetd_build_info").help, labels=["version"]
+        )
+        build.add_metric([self._version], 1.0)
+        out.append(build)
+
+        s = spec("fleetd_poll_duration_seconds")
+        out.append(
+            HistogramMetricFamily(
+                s.name, s.help, buckets=self._durations.buckets(), sum_value=self._durations.total
+            )
+        )
+        s = spec("fleetd_polls_total")
+        out.append(CounterMetricFamily(s.name, s.help, value=float(self._polls)))
+        s = spec("fleetd_polls_missed_total")
+        out.append(CounterMetricFamily(s.name, s.help, value=float(self._missed)))
+
+        if snapshot is not None:
+            success = GaugeMetricFamily(
+                "fleetd_collector_success",
+                spec("fleetd_collector_success").help,
+                labels=["collector"],
+            )
+            duration = GaugeMetricFamily(
+                "fleetd_collector_duration_seconds",
+                spec("fleetd_collector_duration_seconds").help,
+                labels=["collector"],
+            )
+            for result in snapshot.collectors:
+                success.add_metric([result.name], 1.0 if result.success else 0.0)
+                duration.add_metric([result.name], result.duration_s)
+            out += [success, duration]
+            s = spec("fleetd_last_poll_timestamp_seconds")
+            out.append(GaugeMetricFamily(s.name, s.help, value=snapshot.ts + snapshot.duration_s))
+
+        if self._scrape_errors:
+            s = spec("fleetd_scrape_errors_total")
+            errors = CounterMetricFamily(s.name, s.help, labels=["worker"])
+            for worker, count in sorted(self._scrape_errors.items()):
+                errors.add_metric([worker], float(count))
+            out.append(errors)
+
+        if self._last_reload_ok is not None:
+            s = spec("fleetd_config_reloads_total")
+            reloads = CounterMetricFamily(s.name, s.help, labels=["result"])
+            for outcome, count in self._reloads.items():
+                reloads.add_metric([outcome], float(count))
+            out.append(reloads)
+            s = spec("fleetd_config_last_reload_success")
+            out.append(
+                GaugeMetricFamily(s.name, s.help, value=1.0 if self._last_reload_ok else 0.0)
+            )
+        return out
