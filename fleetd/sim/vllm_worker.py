@@ -17,6 +17,7 @@ hook (HTTP ``/rotation/<worker>/out|in``) talk to.
 from __future__ import annotations
 
 import json
+import shutil
 import stat
 import sys
 import threading
@@ -103,7 +104,7 @@ class StandInVllm:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._server.daemon_threads = True
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name=f"standin-{name}", daemon=True
+            target=self._server.serve_forever, args=(0.05,), name=f"standin-{name}", daemon=True
         )
         self._thread.start()
 
@@ -251,6 +252,7 @@ class StandInVllm:
 def _handler_for(worker: StandInVllm) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # headers and body go out in two writes
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
@@ -331,12 +333,17 @@ class StandInFleet:
         self._control = ThreadingHTTPServer(("127.0.0.1", 0), _control_handler(self))
         self._control.daemon_threads = True
         threading.Thread(
-            target=self._control.serve_forever, name="standin-control", daemon=True
+            target=self._control.serve_forever, args=(0.05,), name="standin-control", daemon=True
         ).start()
         self.bin_dir = Path(directory) / "bin"
         self.bin_dir.mkdir(parents=True, exist_ok=True)
         self.systemctl = self.bin_dir / "systemctl"
-        self.systemctl.write_text(_SYSTEMCTL.format(python=sys.executable, url=self.control_url))
+        script = (
+            _SYSTEMCTL_SH.format(url=self.control_url, curl=curl)
+            if (curl := shutil.which("curl"))
+            else _SYSTEMCTL.format(python=sys.executable, url=self.control_url)
+        )
+        self.systemctl.write_text(script)
         self.systemctl.chmod(self.systemctl.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP)
 
     @property
@@ -376,6 +383,7 @@ class StandInFleet:
 def _control_handler(fleet: StandInFleet) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # headers and body go out in two writes
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
@@ -432,6 +440,34 @@ def _control_handler(fleet: StandInFleet) -> type[BaseHTTPRequestHandler]:
 
     return Handler
 
+
+_SYSTEMCTL_SH = """#!/bin/sh
+# Stand-in systemctl for fleetd tests (curl form: a Python start-up per call is too slow).
+URL="{url}"
+quiet=0; verb=""; unit=""
+for a in "$@"; do
+  case "$a" in
+    -q|--quiet) quiet=1 ;;
+    -*) ;;
+    *) if [ -z "$verb" ]; then verb="$a"; elif [ -z "$unit" ]; then unit="$a";
+       else echo "usage: systemctl start|stop|restart|is-active UNIT" >&2; exit 2; fi ;;
+  esac
+done
+if [ -z "$verb" ] || [ -z "$unit" ]; then
+  echo "usage: systemctl start|stop|restart|is-active UNIT" >&2; exit 2
+fi
+if [ "$verb" = "is-active" ]; then
+  state=$("{curl}" -sS --max-time 10 "$URL/units/$unit/is-active") || exit 1
+  [ "$quiet" = 1 ] || echo "$state"
+  [ "$state" = "active" ] && exit 0
+  exit 3
+fi
+out=$("{curl}" -sS --max-time 10 -X POST -w '\\n%{{http_code}}' "$URL/units/$unit/$verb") || exit 1
+code=$(printf '%s\\n' "$out" | tail -n 1)
+[ "$code" = "200" ] && exit 0
+printf '%s\\n' "$out" | sed '$d' >&2
+exit 5
+"""
 
 _SYSTEMCTL = '''#!{python} -I
 """Stand-in systemctl for fleetd tests: start/stop/restart/is-active on stand-in vLLM units."""
