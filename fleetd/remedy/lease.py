@@ -172,16 +172,14 @@ class SqlFleetLease:
             status = self._breaker(conn)
             if status.tripped:
                 return status
-            since = now - cfg.window
+            recent = failures_table.c.at >= now - cfg.window
             row = conn.execute(
                 select(breaker_table.c.reset_at).where(breaker_table.c.scope == self._scope)
             ).first()
-            if row is not None and row[0] is not None:
-                since = max(since, float(row[0]))
+            if row is not None and row[0] is not None:  # only failures after the last reset
+                recent = recent & (failures_table.c.at > float(row[0]))
             pairs = conn.execute(
-                select(failures_table.c.node, failures_table.c.gpu)
-                .where(failures_table.c.at >= since)
-                .distinct()
+                select(failures_table.c.node, failures_table.c.gpu).where(recent).distinct()
             ).all()
             if len(pairs) < cfg.max_failures:
                 return status
