@@ -16,6 +16,7 @@ from pydantic import Field, field_validator
 from fleetd.alert.config import AlertingConfig
 from fleetd.api.config import ApiConfig
 from fleetd.configbase import Duration, StrictModel, load_file
+from fleetd.remedy.config import RemediationConfig
 from fleetd.rules.config import RulesConfig
 from fleetd.store.config import StoreConfig
 
@@ -106,6 +107,7 @@ class FleetdConfig(StrictModel):
     rules: RulesConfig = Field(default_factory=RulesConfig)
     alerting: AlertingConfig = Field(default_factory=AlertingConfig)
     api: ApiConfig = Field(default_factory=ApiConfig)
+    remediation: RemediationConfig = Field(default_factory=RemediationConfig)
 
 
 def load_config(path: str | Path) -> FleetdConfig:

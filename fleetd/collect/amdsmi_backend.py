@@ -71,6 +71,7 @@ _STATUS_REASONS: dict[int, str] = {
     56: "corrupted_eeprom",
 }
 NOT_SUPPORTED = "not_supported"
+DEVICE_NOT_FOUND = "not_found"
 
 
 def status_reason(code: object) -> str:
@@ -177,6 +178,8 @@ class AmdSmiGpu:
 
     # --- caches -----------------------------------------------------------------------
     def static(self, key: str, read: Callable[[], T]) -> T:
+        if self._handle is None:  # a GPU that is gone reports nothing, not even cached values
+            raise ReadError(REASON_GPU_MISSING, self._identity.bdf)
         cached = self._static.get(key, _MISSING)
         if cached is not _MISSING:
             if isinstance(cached, _NotSupported):
@@ -216,7 +219,21 @@ class AmdSmiGpu:
         handle = self._handle
         if handle is None:
             raise ReadError(REASON_GPU_MISSING, self._identity.bdf)
-        return self._backend.call(name, handle, *args)
+        try:
+            return self._backend.call(name, handle, *args)
+        except ReadError as exc:
+            if exc.reason == DEVICE_NOT_FOUND:
+                # the handle no longer names a device: the GPU fell off the bus
+                self._lost(handle)
+            raise
+
+    def _lost(self, handle: Any) -> None:
+        with self._lock:
+            if self._handle is not handle:
+                return
+            self._handle = None
+            self._poll = {}
+        log.warning("gpu_lost", gpu=self._identity.index, bdf=self._identity.bdf)
 
     def temp_metric(self, sensor: str, metric: str) -> object:
         return self._call(

@@ -19,7 +19,11 @@ P = ParamSpec("P")
 
 
 class Collector(Protocol):
-    """Reads one aspect of one GPU; ``name`` labels its self-metrics."""
+    """Reads one aspect of one GPU; ``name`` labels its self-metrics.
+
+    A collector may set ``needs_gpu = False`` when it only publishes what is already known
+    (identity); the poller then runs it even for a GPU that is hung or gone.
+    """
 
     name: str
 

@@ -367,12 +367,23 @@ SELF_METRICS: tuple[MetricSpec, ...] = (
     _m(
         "fleetd_config_last_reload_success", "gauge", "", "1 when the last config reload succeeded."
     ),
-    _m("process_cpu_seconds_total", "counter", "seconds", "fleetd's own CPU time."),
-    _m("process_resident_memory_bytes", "gauge", "bytes", "fleetd's own resident memory."),
-    _m("process_virtual_memory_bytes", "gauge", "bytes", "fleetd's own virtual memory."),
-    _m("process_start_time_seconds", "gauge", "seconds", "When fleetd started (Unix time)."),
-    _m("process_open_fds", "gauge", "", "File descriptors fleetd holds open."),
-    _m("process_max_fds", "gauge", "", "fleetd's file-descriptor limit."),
+    # fleetd's own process, exported by prometheus_client's ProcessCollector with its help texts
+    _m(
+        "process_cpu_seconds_total",
+        "counter",
+        "seconds",
+        "Total user and system CPU time spent in seconds.",
+    ),
+    _m("process_resident_memory_bytes", "gauge", "bytes", "Resident memory size in bytes."),
+    _m("process_virtual_memory_bytes", "gauge", "bytes", "Virtual memory size in bytes."),
+    _m(
+        "process_start_time_seconds",
+        "gauge",
+        "seconds",
+        "Start time of the process since unix epoch in seconds.",
+    ),
+    _m("process_open_fds", "gauge", "", "Number of open file descriptors."),
+    _m("process_max_fds", "gauge", "", "Maximum number of open file descriptors."),
 )
 
 STORE_METRICS: tuple[MetricSpec, ...] = (

@@ -195,12 +195,14 @@ class Poller:
             if maybe_job is not None:
                 status, gpu_readings = self._finished(identity, maybe_job, now, per_collector)
             elif identity.bdf in hung:
-                status, gpu_readings = self._absent(identity, now, REASON_TIMEOUT, present=True)
+                status, gpu_readings = self._absent(
+                    identity, gpu, now, REASON_TIMEOUT, present=True
+                )
                 since = hung[identity.bdf]
                 status = _with_error(status, f"previous poll (at {since}) still running")
             else:
                 status, gpu_readings = self._absent(
-                    identity, now, REASON_GPU_MISSING, present=False
+                    identity, gpu, now, REASON_GPU_MISSING, present=False
                 )
             statuses.append(status)
             readings.extend(gpu_readings)
@@ -247,27 +249,40 @@ class Poller:
                     self._templates[(identity.bdf, name)] = tuple((r.metric, r.labels) for r in got)
             missing_by[name] = sum(1 for r in got if r.value is None)
             readings.extend(got)
-        responsive = finished and len(outcomes) == len(self._collectors)
+        present = job.gpu.present  # a call may have found the GPU gone mid-poll
+        responsive = present and finished and len(outcomes) == len(self._collectors)
         readings.extend(self._gpu_readings(identity, now, responsive, missing_by))
+        error: str | None = None
+        if not present:
+            error = REASON_GPU_MISSING
+        elif not responsive:
+            error = f"timeout after {self._timeout}s in {running}"
+            log.warning("gpu_poll_timeout", gpu=identity.index, bdf=identity.bdf, call=running)
         status = GpuStatus(
             gpu=identity,
-            present=True,
+            present=present,
             responsive=responsive,
             missing_readings=sum(missing_by.values()),
-            error=None if responsive else f"timeout after {self._timeout}s in {running}",
+            error=error,
         )
-        if not responsive:
-            log.warning("gpu_poll_timeout", gpu=identity.index, bdf=identity.bdf, call=running)
         return status, readings
 
     def _absent(
-        self, identity: GpuIdentity, now: float, reason: str, *, present: bool
+        self, identity: GpuIdentity, gpu: GpuSource, now: float, reason: str, *, present: bool
     ) -> tuple[GpuStatus, list[Reading]]:
+        """A GPU that cannot be asked: its series are reported missing with ``reason``.
+
+        Collectors that never touch the GPU (``needs_gpu = False``, e.g. identity) still run,
+        so a vanished or hung GPU stays identifiable.
+        """
         readings: list[Reading] = []
         missing_by: dict[str, int] = {}
         for collector in self._collectors:
-            got = self._missing_from_template(identity, collector.name, now, reason)
-            missing_by[collector.name] = len(got)
+            if getattr(collector, "needs_gpu", True):
+                got = self._missing_from_template(identity, collector.name, now, reason)
+            else:
+                got = collector.collect(gpu, now)
+            missing_by[collector.name] = sum(1 for r in got if r.value is None)
             readings.extend(got)
         readings.extend(self._gpu_readings(identity, now, False, missing_by))
         status = GpuStatus(

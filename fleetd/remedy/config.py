@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, Field, model_validator
 
 from fleetd.configbase import Duration, Secret, StrictModel
+from fleetd.remedy.commands import check_template
 
 
 def _yaml_bool_mode(value: object) -> object:
@@ -34,12 +35,15 @@ DEFAULT_PLANS: dict[str, Action] = {
 
 Argv = list[str]
 """A command as an argument vector (no shell). ``{worker}``, ``{unit}``, ``{url}``, ``{gpus}``,
-``{node}`` and ``{run_id}`` in any argument are replaced before it runs."""
+``{node}`` and ``{model}`` in any argument are replaced before it runs."""
 
 
 def _argv(value: Argv | None, name: str) -> None:
-    if value is not None and (not value or not value[0]):
+    if value is None:
+        return
+    if not value or not value[0]:
         raise ValueError(f"{name} must be a non-empty list: [program, arg, ...]")
+    check_template(value)
 
 
 class BudgetConfig(StrictModel):
@@ -99,6 +103,11 @@ class HttpHookConfig(StrictModel):
     in_body: str | None = None
     token: Secret | None = None
     timeout: Duration = 10.0
+
+    @model_validator(mode="after")
+    def _templates(self) -> HttpHookConfig:
+        check_template([t for t in (self.out_url, self.in_url, self.out_body, self.in_body) if t])
+        return self
 
 
 class RotationConfig(StrictModel):

@@ -662,7 +662,33 @@ class SimulatedAmdSmi:
         low, high = _invoke(self.lib.amdsmi_get_minmax_bandwidth_between_processors, src, dst)
         return {"min_bandwidth": low, "max_bandwidth": high}
 
+    def amdsmi_is_P2P_accessible(
+        self, processor_handle_src: Any, processor_handle_dst: Any
+    ) -> bool:
+        src, dst = _handle(processor_handle_src), _handle(processor_handle_dst)
+        return _invoke(self.lib.amdsmi_is_P2P_accessible, src, dst)
+
+    def amdsmi_topo_get_numa_node_number(self, processor_handle: Any) -> int:
+        return _invoke(self.lib.amdsmi_topo_get_numa_node_number, _handle(processor_handle))
+
+    def amdsmi_get_gpu_topo_numa_affinity(self, processor_handle: Any) -> int:
+        return _invoke(self.lib.amdsmi_get_gpu_topo_numa_affinity, _handle(processor_handle))
+
+    def amdsmi_get_gpu_compute_partition(self, processor_handle: Any) -> str:
+        return _invoke(self.lib.amdsmi_get_gpu_compute_partition, _handle(processor_handle))
+
+    def amdsmi_get_gpu_memory_partition(self, processor_handle: Any) -> str:
+        return _invoke(self.lib.amdsmi_get_gpu_memory_partition, _handle(processor_handle))
+
     # ------------------------------------------------------------------ gpu_metrics, violations
+    def amdsmi_get_gpu_metrics_header_info(self, processor_handle: Any) -> dict[str, int]:
+        h = _invoke(self.lib.amdsmi_get_gpu_metrics_header_info, _handle(processor_handle))
+        return {
+            "structure_size": h.structure_size,
+            "format_revision": h.format_revision,
+            "content_revision": h.content_revision,
+        }
+
     def amdsmi_get_gpu_metrics_info(self, processor_handle: Any) -> dict[str, Any]:
         g = _invoke(self.lib.amdsmi_get_gpu_metrics_info, _handle(processor_handle))
         h, x = g.common_header, g.xcp_stats

@@ -215,6 +215,12 @@ GPU_FUNCTIONS: frozenset[str] = frozenset(
         "amdsmi_init_gpu_event_notification",
         "amdsmi_get_gpu_cper_entries",
         "amdsmi_get_link_topology_nearest",
+        "amdsmi_is_P2P_accessible",
+        "amdsmi_topo_get_numa_node_number",
+        "amdsmi_get_gpu_topo_numa_affinity",
+        "amdsmi_get_gpu_compute_partition",
+        "amdsmi_get_gpu_memory_partition",
+        "amdsmi_get_gpu_metrics_header_info",
     }
 )
 """amdsmi functions that act on one GPU handle (what a hang or an unsupported call can hit)."""

@@ -656,6 +656,36 @@ class RawLibrary:
                 return []
             raise SmiStatusError(w.AMDSMI_STATUS_INVAL)
 
+    def amdsmi_is_P2P_accessible(
+        self, processor_handle_src: int, processor_handle_dst: int
+    ) -> bool:
+        src, dst = self._pair(
+            processor_handle_src, processor_handle_dst, "amdsmi_is_P2P_accessible"
+        )
+        return src.hive_id == dst.hive_id
+
+    def amdsmi_topo_get_numa_node_number(self, processor_handle: int) -> int:
+        """Two sockets: GPUs 0-3 hang off NUMA node 0, GPUs 4-7 off node 1."""
+        with self._call(processor_handle, "amdsmi_topo_get_numa_node_number") as gpu:
+            return gpu.index // 4
+
+    def amdsmi_get_gpu_topo_numa_affinity(self, processor_handle: int) -> int:
+        with self._call(processor_handle, "amdsmi_get_gpu_topo_numa_affinity") as gpu:
+            return gpu.index // 4
+
+    def amdsmi_get_gpu_compute_partition(self, processor_handle: int) -> str:
+        with self._call(processor_handle, "amdsmi_get_gpu_compute_partition"):
+            return "SPX"
+
+    def amdsmi_get_gpu_memory_partition(self, processor_handle: int) -> str:
+        with self._call(processor_handle, "amdsmi_get_gpu_memory_partition"):
+            return "NPS1"
+
+    def amdsmi_get_gpu_metrics_header_info(self, processor_handle: int) -> r.MetricsHeader:
+        with self._call(processor_handle, "amdsmi_get_gpu_metrics_header_info") as gpu:
+            s = gpu.spec
+            return r.MetricsHeader(s.metrics_structure_size, 1, s.metrics_content_revision)
+
     def _pair(self, src: int, dst: int, function: str) -> tuple[SimGpu, SimGpu]:
         peer = self.gpu_for_handle(dst)
         with self._call(src, function) as gpu:

@@ -31,6 +31,7 @@ File format::
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -269,6 +270,7 @@ class ScenarioRunner:
         self.start = start
         self._actions = sorted(self._plan(), key=lambda a: (a.at, a.order))
         self._next = 0
+        self._lock = threading.Lock()
         self.applied: list[str] = []
         """What has happened so far, one line per step (for logs and demos)."""
 
@@ -307,15 +309,15 @@ class ScenarioRunner:
         """Apply every step due by ``now`` (default: the node's clock); returns what ran."""
         now = self.node.clock.now() if now is None else now
         ran: list[str] = []
-        while not self.done and self.start + self._actions[self._next].at <= now:
-            action = self._actions[self._next]
-            self._next += 1
-            when = self.start + action.at
-            action.apply(self.node, when)
-            ran.append(action.describe)
-            if action.order >= 0:
-                log.info("sim_scenario_step", scenario=self.scenario.name, step=action.describe)
-        self.applied.extend(ran)
+        with self._lock:  # a scheduler thread and a test may both advance
+            while not self.done and self.start + self._actions[self._next].at <= now:
+                action = self._actions[self._next]
+                self._next += 1
+                action.apply(self.node, self.start + action.at)
+                ran.append(action.describe)
+                if action.order >= 0:
+                    log.info("sim_scenario_step", scenario=self.scenario.name, step=action.describe)
+            self.applied.extend(ran)
         return ran
 
 
@@ -381,11 +383,17 @@ def _describe(step: Step) -> str:
 
 
 def start_scenario(
-    name_or_path: str | Path, clock: Clock, *, seed: int | None = None
+    name_or_path: str | Path,
+    clock: Clock,
+    *,
+    seed: int | None = None,
+    model: str | None = None,
 ) -> tuple[SimNode, ScenarioRunner]:
-    """Build the scenario's node (its model and seed) and a runner starting now."""
+    """Build the scenario's node (its model and seed unless overridden) and a runner from now."""
     scenario = load_scenario(name_or_path)
-    node = build_node(scenario.model, seed=scenario.seed if seed is None else seed, clock=clock)
+    node = build_node(
+        model or scenario.model, seed=scenario.seed if seed is None else seed, clock=clock
+    )
     return node, ScenarioRunner(node, scenario, start=clock.now())
 
 

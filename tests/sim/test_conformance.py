@@ -155,6 +155,7 @@ def _calls(a: SimulatedAmdSmi, h: Any, peer: Any) -> dict[str, Any]:
             lambda: a.amdsmi_get_minmax_bandwidth_between_processors(h, peer)
         ),
         "amdsmi_get_gpu_metrics_info": lambda: a.amdsmi_get_gpu_metrics_info(h),
+        "amdsmi_get_gpu_metrics_header_info": lambda: a.amdsmi_get_gpu_metrics_header_info(h),
         "amdsmi_get_violation_status": lambda: a.amdsmi_get_violation_status(h),
         "amdsmi_get_gpu_process_list": lambda: a.amdsmi_get_gpu_process_list(h),
         "amdsmi_get_gpu_compute_process_info": lambda: a.amdsmi_get_gpu_compute_process_info(),

@@ -246,3 +246,14 @@ def test_link_topology_nearest_lists_the_hive_as_raw_pointers() -> None:
     assert nearest == [x.value for x in h[1:]] and all(type(p) is int for p in nearest)
     wrapped = a.amdsmi_wrapper.amdsmi_processor_handle(nearest[0])
     assert a.amdsmi_get_gpu_device_bdf(wrapped) == a.amdsmi_get_gpu_device_bdf(h[1])
+
+
+def test_partition_numa_and_p2p_describe_an_spx_nps1_two_socket_node() -> None:
+    _, _, a = make()
+    h = a.amdsmi_get_processor_handles()
+    assert a.amdsmi_get_gpu_compute_partition(h[0]) == "SPX"
+    assert a.amdsmi_get_gpu_memory_partition(h[0]) == "NPS1"
+    assert [a.amdsmi_topo_get_numa_node_number(x) for x in h] == [0] * 4 + [1] * 4
+    assert a.amdsmi_get_gpu_topo_numa_affinity(h[5]) == 1
+    assert a.amdsmi_is_P2P_accessible(h[0], h[7]) is True
+    assert a.amdsmi_get_gpu_metrics_header_info(h[0])["content_revision"] == 8

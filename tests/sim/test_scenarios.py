@@ -127,6 +127,18 @@ def test_persistent_ecc_scenario_returns_after_every_reset() -> None:
     assert node.reset_count() == 2
 
 
+def test_any_scenario_runs_on_an_mi300x_node_too() -> None:
+    clock = FakeClock()
+    node, runner = start_scenario("thermal_runaway", clock, model="MI300X", seed=3)
+    a = SimulatedAmdSmi(node)
+    a.amdsmi_init()
+    clock.advance(300)
+    runner.advance()
+    h = a.amdsmi_get_processor_handles()[1]
+    assert a.amdsmi_get_gpu_asic_info(h)["market_name"] == "AMD Instinct MI300X"
+    assert a.amdsmi_get_violation_status(h)["active_socket_thrm"] is True
+
+
 def test_gpu_off_bus_scenario_removes_and_returns_the_gpu() -> None:
     clock, _, runner, a = run("gpu_off_bus")
     counts = []

@@ -17,6 +17,7 @@ BLOCK_ERRORS = "fleetd_gpu_ecc_block_errors_total"
 ENABLED = "fleetd_gpu_ecc_enabled"
 RETIRED = "fleetd_gpu_retired_pages"
 THRESHOLD = "fleetd_gpu_retired_pages_threshold"
+_MEMO_BLOCKS = "ecc_blocks"
 
 
 class EccCollector:
@@ -31,13 +32,20 @@ class EccCollector:
             out.add(ERRORS, parse.count(raw), raw, reason=err, labels=(("type", type_label),))
 
         blocks = gpu.ras_blocks()
+        memo = gpu.memo()
         mask, err = attempt(gpu.static, "ecc_enabled", gpu.ecc_enabled)
         enabled = parse.enabled_blocks(mask, blocks) if err is None else None
         if enabled is None:
+            # keep the series the GPU had: its blocks go missing rather than vanish
             reason = err or parse.missing_reason(mask)
             for block in blocks:
                 out.missing(ENABLED, reason, labels=(("block", block),))
+            for block in memo.get(_MEMO_BLOCKS, ()):
+                for type_label, _ in parse.ECC_TYPES:
+                    labels = (("block", block), ("type", type_label))
+                    out.missing(BLOCK_ERRORS, reason, labels=labels)
         else:
+            memo[_MEMO_BLOCKS] = tuple(block for block, on in enabled.items() if on)
             for block, on in enabled.items():
                 out.add(ENABLED, 1.0 if on else 0.0, labels=(("block", block),))
                 if on:

@@ -32,6 +32,7 @@ class IdentityCollector:
     """Identity is read at discovery; this only publishes it (value always 1)."""
 
     name = "identity"
+    needs_gpu = False
 
     def collect(self, gpu: GpuSource, now: float) -> list[Reading]:
         out = Readings(gpu.identity, now)

@@ -29,6 +29,9 @@ class ProcessesCollector:
     def collect(self, gpu: GpuSource, now: float) -> list[Reading]:
         memo = gpu.memo()
         last: tuple[float, float | None, float | None, str | None] | None = memo.get(_MEMO)
+        if not gpu.present:  # never re-publish old values for a GPU that is gone
+            last = None
+            memo.pop(_MEMO, None)
         if last is None or now - last[0] >= self.interval or now < last[0]:
             records, err = attempt(gpu.process_list)
             if err is None and records is not None:

@@ -1,0 +1,97 @@
+"""Shared harness for collect tests: a simulated node, its backend and a poller."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from fleetd.clock import FakeClock
+from fleetd.collect.amdsmi_backend import AmdSmiBackend
+from fleetd.collect.collectors import default_collectors
+from fleetd.collect.poller import Poller
+from fleetd.model import Labels, Reading, Snapshot
+from fleetd.sim import SimNode, SimulatedAmdSmi, build_node
+
+SEED = 7
+POLL_INTERVAL = 5.0
+
+Key = tuple[str, Labels]  # (metric, labels without uuid)
+
+
+def key(reading: Reading) -> Key:
+    return reading.metric, tuple((k, v) for k, v in reading.labels if k != "uuid")
+
+
+def by_key(snapshot: Snapshot) -> dict[Key, Reading]:
+    return {key(r): r for r in snapshot.readings}
+
+
+def gpu_of(k: Key) -> int | None:
+    for name, value in k[1]:
+        if name == "gpu":
+            return int(value)
+    return None
+
+
+def find(snapshot: Snapshot, metric: str, gpu: int, **labels: str) -> Reading:
+    wanted = {"gpu": str(gpu), **labels}
+    for reading in snapshot.readings:
+        if reading.metric != metric:
+            continue
+        have = dict(reading.labels)
+        if all(have.get(k) == v for k, v in wanted.items()):
+            return reading
+    raise AssertionError(f"no reading {metric}{wanted}")
+
+
+@dataclass
+class Rig:
+    """A simulated node polled through the real backend and poller."""
+
+    clock: FakeClock
+    node: SimNode
+    backend: AmdSmiBackend
+    poller: Poller
+
+    def poll(self, advance: float = POLL_INTERVAL) -> Snapshot:
+        self.clock.advance(advance)
+        return self.poller.poll(self.clock.now())
+
+    def close(self) -> None:
+        self.node.release_hangs()
+        self.poller.close()
+        self.backend.close()
+
+
+def make_rig(
+    clock: FakeClock,
+    *,
+    model: str = "MI355X",
+    seed: int = SEED,
+    gpu_timeout: float = 5.0,
+    root: bool = True,
+    load: float = 0.5,
+    processes_interval: float = 30.0,
+) -> Rig:
+    node = build_node(model, seed=seed, clock=clock, root=root)
+    node.set_load(None, load)
+    backend = AmdSmiBackend(SimulatedAmdSmi(node))
+    poller = Poller(
+        backend,
+        default_collectors(processes_interval=processes_interval),
+        node="sim-node",
+        gpu_timeout=gpu_timeout,
+        timer=clock.monotonic,
+    )
+    return Rig(clock, node, backend, poller)
+
+
+@pytest.fixture
+def rig(clock: FakeClock) -> Iterator[Rig]:
+    r = make_rig(clock)
+    try:
+        yield r
+    finally:
+        r.close()

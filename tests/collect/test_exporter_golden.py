@@ -1,0 +1,135 @@
+"""The full /metrics text for a fixed simulated MI355X node, seed and time.
+
+The golden file guards names, labels, types, help and values. Regenerate it after an
+intended change with ``FLEETD_UPDATE_GOLDEN=1 python -m pytest tests/collect``.
+Process metrics (CPU, memory, fds, start time) depend on this process and are normalised.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from fleetd.clock import FakeClock
+from fleetd.collect.catalog import CATALOG
+from fleetd.collect.exporter import FleetdExporter
+from fleetd.collect.vllm import TokensPerJouleTracker, VllmValues, worker_readings
+from fleetd.config import VllmWorkerConfig
+
+from .conftest import make_rig
+
+GOLDEN = Path(__file__).parent / "golden" / "metrics_mi355x_seed7.prom"
+UPDATE = os.environ.get("FLEETD_UPDATE_GOLDEN") == "1"
+START = 1_767_225_600.0  # 2026-01-01T00:00:00Z
+PROCESS_LINE = re.compile(r"^(process_[a-z_]+(?:\{[^}]*\})?) .*$", re.MULTILINE)
+
+WORKERS = [
+    VllmWorkerConfig(name="llama-tp4", url="http://127.0.0.1:8000", gpus=[0, 1, 2, 3]),
+    VllmWorkerConfig(name="qwen", url="http://127.0.0.1:8004", gpus=[4]),
+]
+
+
+def render_fixed_node() -> str:
+    """Poll the simulated node twice 5 s apart, scrape two fixed vLLM states, render."""
+    clock = FakeClock(START)
+    rig = make_rig(clock, seed=7, load=0.6)
+    try:
+        rig.node.inject(3, "ecc_ce_storm", rate_per_s=2.0)
+        rig.node.inject(6, "pcie_downgrade")
+        registry = CollectorRegistry()
+        exporter = FleetdExporter(registry)
+        tracker = TokensPerJouleTracker(WORKERS)
+        for step, tokens in enumerate((10_000.0, 18_000.0)):
+            if step:
+                clock.advance(5.0)
+            now = clock.now()
+            snapshot = rig.poller.poll(now)
+            exporter.update(snapshot)
+            vllm = worker_readings(
+                WORKERS[0], True, VllmValues(7, 2, 0.55, tokens), None, now
+            ) + worker_readings(WORKERS[1], False, VllmValues(), "unreachable", now)
+            derived = tracker.update(vllm, snapshot, now)
+            exporter.update_vllm(vllm + derived, failed_workers=["qwen"])
+        exporter.record_missed_poll()
+        return generate_latest(registry).decode()
+    finally:
+        rig.close()
+
+
+def normalise(text: str) -> str:
+    return PROCESS_LINE.sub(lambda m: f"{m.group(1)} <process-dependent>", text)
+
+
+@pytest.fixture(scope="module")
+def metrics_text() -> str:
+    return render_fixed_node()
+
+
+def test_metrics_match_the_golden_file(metrics_text: str) -> None:
+    actual = normalise(metrics_text)
+    if UPDATE:
+        GOLDEN.write_text(actual)
+    assert GOLDEN.exists(), f"{GOLDEN} is missing: run with FLEETD_UPDATE_GOLDEN=1"
+    assert actual == GOLDEN.read_text(), "run with FLEETD_UPDATE_GOLDEN=1 if the change is intended"
+
+
+def test_rendering_is_deterministic(metrics_text: str) -> None:
+    assert normalise(render_fixed_node()) == normalise(metrics_text)
+
+
+def test_everything_exported_is_in_the_catalog(metrics_text: str) -> None:
+    families = list(text_string_to_metric_families(metrics_text))
+    assert families
+    seen = set()
+    for family in families:
+        name = family.name + "_total" if family.type == "counter" else family.name
+        assert name in CATALOG, f"{name} is exported but not in the catalog"
+        spec = CATALOG[name]
+        assert family.type == spec.type, name
+        assert family.documentation == spec.help, name
+        for sample in family.samples:
+            allowed = set(spec.labels) | ({"le"} if spec.type == "histogram" else set())
+            assert set(sample.labels) <= allowed, (name, sample.labels)
+            if spec.type not in ("histogram", "summary"):
+                assert set(sample.labels) == set(spec.labels), (name, sample.labels)
+        seen.add(name)
+    # the fixed node exercises every GPU, vLLM and poll metric fleetd has
+    not_here = {
+        "fleetd_config_reloads_total",  # only after a config reload
+        "fleetd_config_last_reload_success",
+        "fleetd_gpu_power_average_watts",  # N/A on MI3xx-class GPUs
+    }
+    expected = CATALOG.keys() - not_here
+    assert expected - seen == set()
+
+
+def test_missing_readings_are_absent_not_zero(metrics_text: str) -> None:
+    # average power is N/A on MI3xx: no sample at all, and counted as missing
+    assert "fleetd_gpu_power_average_watts{" not in metrics_text
+    assert 'fleetd_gpu_readings_missing{collector="power",gpu="0"' in metrics_text
+    # the unreachable worker has up=0 and no other vLLM samples
+    assert 'fleetd_vllm_up{gpu="4",worker="qwen"} 0.0' in metrics_text
+    assert 'fleetd_vllm_requests_running{gpu="4",worker="qwen"}' not in metrics_text
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed")
+def test_promtool_check_metrics_passes(metrics_text: str) -> None:
+    result = subprocess.run(
+        ["promtool", "check", "metrics"],
+        input=metrics_text,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip() == "" and result.stderr.strip() == "", (
+        result.stdout + result.stderr
+    )

@@ -1,0 +1,194 @@
+"""The poller on the simulated node: hung calls, GPUs off the bus, failing collectors."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from fleetd.clock import FakeClock
+from fleetd.collect.catalog import CATALOG
+from fleetd.collect.poller import Poller
+from fleetd.collect.source import GpuSource
+from fleetd.model import Reading
+
+from .conftest import by_key, find, gpu_of, make_rig
+
+HUNG = 2
+NOT_FROM_GPU = ("fleetd_gpu_up", "fleetd_gpu_readings_missing", "fleetd_gpu_info")
+
+
+def test_every_gpu_reports_every_catalogued_reading(rig):
+    rig.poll()
+    snapshot = rig.poll()  # the second poll: throttle ratios need a previous sample
+    assert [s.gpu.index for s in snapshot.gpus] == list(range(8))
+    assert all(s.present and s.responsive and s.error is None for s in snapshot.gpus)
+    assert {r.metric for r in snapshot.readings} <= CATALOG.keys()
+    for reading in snapshot.readings:
+        spec = CATALOG[reading.metric]
+        assert {k for k, _ in reading.labels} == set(spec.labels), reading
+        assert reading.ts == snapshot.ts
+    assert all(c.success for c in snapshot.collectors)
+    # MI355X exposes everything fleetd reads except average power (N/A on MI3xx)
+    missing = {(r.metric, r.reason) for r in snapshot.readings if r.value is None}
+    assert missing == {("fleetd_gpu_power_average_watts", "na")}
+
+
+def test_mi300x_has_no_edge_sensor_reported_missing_not_zero(clock: FakeClock):
+    rig = make_rig(clock, model="MI300X")
+    try:
+        snapshot = rig.poll()
+    finally:
+        rig.close()
+    edge = find(snapshot, "fleetd_gpu_temperature_celsius", 0, sensor="edge")
+    assert edge.value is None and edge.reason == "not_supported"
+    limit = find(
+        snapshot, "fleetd_gpu_temperature_limit_celsius", 0, sensor="edge", limit="critical"
+    )
+    assert limit.value is None
+    assert find(snapshot, "fleetd_gpu_temperature_celsius", 0, sensor="hotspot").value > 0
+    assert find(snapshot, "fleetd_gpu_power_cap_watts", 0).value == 750
+    status = find(snapshot, "fleetd_gpu_readings_missing", 0, collector="temperature")
+    assert status.value == 3
+
+
+def test_hung_call_does_not_delay_other_gpus_beyond_the_timeout(clock: FakeClock):
+    timeout = 0.3
+    rig = make_rig(clock, gpu_timeout=timeout)
+    try:
+        healthy = rig.poll()
+        rig.node.inject(HUNG, "hung_call", function="amdsmi_get_pcie_info")
+        threads_before = threading.active_count()
+
+        started = time.monotonic()
+        hung = rig.poll()
+        elapsed = time.monotonic() - started
+        assert elapsed < timeout + 1.0
+
+        status = hung.gpus[HUNG]
+        assert status.present and not status.responsive
+        assert "amdsmi" not in (status.error or "") and "pcie" in (status.error or "")
+        assert find(hung, "fleetd_gpu_up", HUNG).value == 0
+        # collectors before the hung call kept their readings; the rest are missing: timeout
+        assert find(hung, "fleetd_gpu_temperature_celsius", HUNG, sensor="hotspot").value
+        for metric in ("fleetd_gpu_pcie_link_width_lanes", "fleetd_gpu_xgmi_error_status"):
+            reading = find(hung, metric, HUNG)
+            assert reading.value is None and reading.reason == "timeout"
+        pcie = next(c for c in hung.collectors if c.name == "pcie")
+        assert not pcie.success and "timeout" in (pcie.error or "")
+        assert next(c for c in hung.collectors if c.name == "xgmi").success
+        # the hung GPU keeps every series it had, and the other GPUs are complete
+        assert by_key(hung).keys() == by_key(healthy).keys()
+        for reading in hung.readings:
+            if gpu_of((reading.metric, reading.labels)) != HUNG:
+                assert reading.value is not None or reading.metric.endswith("average_watts")
+
+        # while the call still hangs, the GPU is not polled again: no pile-up of threads
+        for _ in range(3):
+            again = rig.poll()
+            assert not again.gpus[HUNG].responsive
+            assert "still running" in (again.gpus[HUNG].error or "")
+            temp = find(again, "fleetd_gpu_temperature_celsius", HUNG, sensor="hotspot")
+            assert temp.value is None and temp.reason == "timeout"
+            assert all(s.responsive for s in again.gpus if s.gpu.index != HUNG)
+        assert threading.active_count() == threads_before
+
+        rig.node.release_hangs()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # the stuck worker finishes its old job
+            recovered = rig.poll()
+            if recovered.gpus[HUNG].responsive:
+                break
+        assert recovered.gpus[HUNG].responsive
+        assert find(recovered, "fleetd_gpu_pcie_link_width_lanes", HUNG).value == 16
+    finally:
+        rig.close()
+
+
+def test_gpu_off_the_bus_stays_in_the_snapshot_as_missing(rig):
+    before = rig.poll()
+    rig.node.inject(5, "gpu_off_bus")
+    during = rig.poll()
+    status = during.gpus[5]
+    assert status.gpu.index == 5 and not status.present and not status.responsive
+    assert find(during, "fleetd_gpu_up", 5).value == 0
+    assert by_key(during).keys() == by_key(before).keys()  # nothing silently dropped
+    for reading in during.readings:
+        k = (reading.metric, reading.labels)
+        if gpu_of(k) == 5 and reading.metric not in NOT_FROM_GPU:
+            assert reading.value is None and reading.reason in ("not_found", "gpu_missing"), k
+
+    after = rig.poll()
+    assert not after.gpus[5].present
+    assert find(after, "fleetd_gpu_info", 5).value == 1  # still identifiable
+    assert find(after, "fleetd_gpu_info", 5).labels == find(before, "fleetd_gpu_info", 5).labels
+    assert find(after, "fleetd_gpu_power_watts", 5).reason == "gpu_missing"
+    assert find(after, "fleetd_gpu_readings_missing", 5, collector="pcie").value == 9
+    assert all(s.present and s.responsive for s in after.gpus if s.gpu.index != 5)
+
+    assert [g.index for g in rig.backend.rediscover()] == list(range(8))  # still known
+    assert not rig.backend.present(5)
+    assert not rig.poll().gpus[5].present
+
+    rig.node.clear_faults(gpu=5)
+    identities = rig.backend.rediscover()
+    assert identities[5] == before.gpus[5].gpu  # same index, same BDF, same identity
+    back = rig.poll()
+    assert back.gpus[5].present and back.gpus[5].responsive
+    assert find(back, "fleetd_gpu_power_watts", 5).value > 0
+
+
+class Exploding:
+    name = "exploding"
+
+    def collect(self, gpu: GpuSource, now: float) -> list[Reading]:
+        if gpu.identity.index == 1:
+            raise RuntimeError("collector bug")
+        return [Reading("fleetd_gpu_processes", gpu.identity.labels, 0.0, now)]
+
+
+def test_a_failing_collector_fails_alone(rig):
+    from fleetd.collect.collectors import PowerCollector
+
+    poller = Poller(
+        rig.backend,
+        [Exploding(), PowerCollector()],
+        node="n",
+        gpu_timeout=5.0,
+        timer=rig.clock.monotonic,
+    )
+    try:
+        snapshot = poller.poll(rig.clock.now())
+    finally:
+        poller.close()
+    results = {c.name: c for c in snapshot.collectors}
+    assert not results["exploding"].success
+    assert "RuntimeError: collector bug" in (results["exploding"].error or "")
+    assert results["power"].success
+    assert all(find(snapshot, "fleetd_gpu_power_watts", g).value for g in range(8))
+    assert all(s.responsive for s in snapshot.gpus)
+
+
+def test_poller_rejects_bad_arguments(rig):
+    with pytest.raises(ValueError):
+        Poller(rig.backend, [], node="n", gpu_timeout=0)
+    with pytest.raises(ValueError):
+        Poller(rig.backend, [Exploding(), Exploding()], node="n", gpu_timeout=1)
+
+
+def test_processes_are_read_on_a_slow_cadence(clock: FakeClock):
+    rig = make_rig(clock, processes_interval=30.0)
+    try:
+        first = rig.poll()
+        assert find(first, "fleetd_gpu_processes", 0).value == 0
+        rig.node.add_process(0, pid=4242, name="vllm", vram_bytes=200 << 30)
+        cached = rig.poll(10.0)
+        assert find(cached, "fleetd_gpu_processes", 0).value == 0  # not yet re-read
+        assert find(cached, "fleetd_gpu_processes", 0).ts == cached.ts
+        fresh = rig.poll(25.0)
+        assert find(fresh, "fleetd_gpu_processes", 0).value == 1
+        assert find(fresh, "fleetd_gpu_process_memory_bytes", 0).value > 0
+        assert find(fresh, "fleetd_gpu_processes", 1).value == 0
+    finally:
+        rig.close()
