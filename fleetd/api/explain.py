@@ -15,6 +15,7 @@ from fleetd.api.views import Json, event_view, run_view
 from fleetd.configbase import format_duration
 from fleetd.query import Matcher
 from fleetd.remedy.machine import Run, RunState
+from fleetd.remedy.service import RemediationStatus
 from fleetd.rules.ast import metrics_used
 from fleetd.rules.spec import Rule, Threshold
 
@@ -48,6 +49,7 @@ def explain_gpu(services: ApiServices, gpu: Json, alerts: Sequence[Json], now: f
     rule_views = [_rule_view(a, rules.get(a["rule"]), model, now) for a in mine]
     readings = _readings(services, index, [rules.get(a["rule"]) for a in mine], now)
     runs = _runs(services, index)
+    remedy_status = services.remedy.status() if services.remedy is not None else None
     events = services.query_events(gpu=index, limit=RECENT_EVENTS)
     return {
         "node": services.node,
@@ -58,12 +60,12 @@ def explain_gpu(services: ApiServices, gpu: Json, alerts: Sequence[Json], now: f
         "alerts": rule_views,
         "readings": readings,
         "remediation": {
-            "mode": services.remedy.mode if services.remedy is not None else "off",
+            "mode": remedy_status.mode if remedy_status is not None else "off",
             "current": gpu.get("remediation"),
             "runs": [run_view(r) for r in runs],
         },
         "events": [event_view(e) for e in events],
-        "next": _next_steps(services, gpu, mine, runs, now),
+        "next": _next_steps(services, remedy_status, gpu, mine, runs, now),
     }
 
 
@@ -167,22 +169,28 @@ def _runs(services: ApiServices, gpu: int) -> list[Run]:
 
 
 def _next_steps(
-    services: ApiServices, gpu: Json, alerts: Sequence[Json], runs: Sequence[Run], now: float
+    services: ApiServices,
+    remedy: RemediationStatus | None,
+    gpu: Json,
+    alerts: Sequence[Json],
+    runs: Sequence[Run],
+    now: float,
 ) -> list[str]:
     steps: list[str] = []
-    remedy = services.remedy
+    index = int(gpu["gpu"])
     active = [r for r in runs if not r.terminal]
-    held = [r for r in runs if r.terminal and r.holding]
+    held = [h for h in (remedy.held if remedy is not None else ()) if index in h.gpus]
     for run in active:
         doing = _NEXT_STEP.get(run.state, run.state.value)
         mode = " (dry-run: steps are logged, nothing is done)" if run.dry_run else ""
         steps.append(
             f"run {run.run_id} ({run.plan.value}) is {run.state.phase}: next, {doing}{mode}"
         )
-    for run in held:
+    for hold in held:
         steps.append(
-            f"held out of service by run {run.run_id} ({run.state.value}): a human decides; "
-            f"`fleetctl undrain {services.node} {gpu['gpu']}` puts it back"
+            f"held out of service by run {hold.run_id} ({hold.state}"
+            f"{': ' + hold.reason if hold.reason else ''}): a human decides; "
+            f"`fleetctl undrain {services.node} {index}` puts it back"
         )
     for alert in alerts:
         if alert["state"] == "pending" and alert.get("active_at") is not None:
@@ -202,10 +210,15 @@ def _next_steps(
                     f"{alert['rule']} asks for remediation plan '{plan}' but remediation is off: "
                     "follow the runbook"
                 )
-            elif remedy.pause_state().paused:
+            elif remedy.paused.paused:
                 steps.append(
                     f"{alert['rule']} asks for remediation plan '{plan}' but remediation is "
                     "paused: `fleetctl remediation resume` or act by hand"
+                )
+            elif remedy.breaker.tripped:
+                steps.append(
+                    f"{alert['rule']} asks for remediation plan '{plan}' but the circuit breaker "
+                    f"({remedy.lease_scope}) is tripped: a human resets it or acts by hand"
                 )
             elif remedy.mode == "dry-run":
                 steps.append(

@@ -23,6 +23,7 @@ from fleetd.api.services import ApiServices, RemediationControl
 from fleetd.api.status import node_status, remediation_summary
 from fleetd.api.views import (
     Json,
+    breaker_view,
     event_view,
     pause_view,
     remediation_event_view,
@@ -169,6 +170,7 @@ class _Api:
             ("POST", "/remediation/runs/{run_id}/cancel", self.cancel),
             ("POST", "/remediation/pause", self.pause),
             ("POST", "/remediation/resume", self.resume),
+            ("POST", "/remediation/breaker/reset", self.reset_breaker),
             ("GET", "/events", self.events),
             ("GET", "/rules", self.rules),
             ("POST", "/reload", self.reload),
@@ -259,6 +261,13 @@ class _Api:
         recorded = self._record(action, actor, body, message=message, gpu=gpu, data=None)
         return Response.json({**result, "recorded": recorded}, status)
 
+    @staticmethod
+    def _run_view(remedy: RemediationControl, run_id: str) -> Json:
+        run = remedy.run(run_id)
+        if run is None:  # journaled before drain() returned; absent only if it vanished
+            raise HttpError(409, f"run {run_id} was started but cannot be read back")
+        return run_view(run)
+
     # ---- reads -------------------------------------------------------------------------
     def status(self, request: Request) -> Response:
         return Response.json(node_status(self.s, self.s.now()))
@@ -331,7 +340,7 @@ class _Api:
         return Response.json({"silence": silence_view(found, self.s.now())})
 
     def remediation(self, request: Request) -> Response:
-        summary, _, _ = remediation_summary(self.s)
+        summary, _ = remediation_summary(self.s)
         return Response.json({"node": self.s.node, "now": self.s.now(), **summary})
 
     def runs(self, request: Request) -> Response:
@@ -348,10 +357,10 @@ class _Api:
 
     def run(self, request: Request) -> Response:
         run_id = request.params["run_id"]
-        found = self.s.remedy.get_run(run_id) if self.s.remedy is not None else None
+        found = self.s.remedy.run(run_id) if self.s.remedy is not None else None
         if found is None or self.s.remedy is None:
             raise HttpError(404, f"no remediation run {run_id!r}")
-        events = self.s.remedy.run_events(run_id)
+        events = self.s.remedy.events(run_id)
         return Response.json(
             {"run": run_view(found), "events": [remediation_event_view(e) for e in events]}
         )
@@ -398,10 +407,9 @@ class _Api:
         index = self._gpu(request)
 
         def do() -> Json:
-            run = self._remedy().drain(
-                index, who=actor.describe(), why=body.reason, now=self.s.now()
-            )
-            return {"run": run_view(run)}
+            remedy = self._remedy()
+            run_id = remedy.drain(index, who=actor.describe(), why=body.reason, now=self.s.now())
+            return {"run": self._run_view(remedy, run_id)}
 
         return self._act(
             "drain", actor, body, f"drain GPU {index} requested", do, gpu=index, status=202
@@ -413,8 +421,8 @@ class _Api:
 
         def do() -> Json:
             remedy = self._remedy()
-            run = remedy.undrain(index, who=actor.describe(), why=body.reason, now=self.s.now())
-            return {"run": run_view(run)}
+            run_id = remedy.undrain(index, who=actor.describe(), why=body.reason, now=self.s.now())
+            return {"run": self._run_view(remedy, run_id)}
 
         return self._act(
             "undrain", actor, body, f"undrain GPU {index} requested", do, gpu=index, status=202
@@ -426,7 +434,7 @@ class _Api:
 
         def do() -> Json:
             remedy = self._remedy()
-            if remedy.get_run(run_id) is None:
+            if remedy.run(run_id) is None:
                 raise HttpError(404, f"no remediation run {run_id!r}")
             run = remedy.cancel(run_id, who=actor.describe(), why=body.reason, now=self.s.now())
             return {"run": run_view(run)}
@@ -437,8 +445,9 @@ class _Api:
         body, actor = self._mutation(request, ActionBody)
 
         def do() -> Json:
-            state = self._remedy().pause(who=actor.describe(), why=body.reason, now=self.s.now())
-            return {"pause": pause_view(state)}
+            remedy = self._remedy()
+            remedy.pause(who=actor.describe(), why=body.reason, now=self.s.now())
+            return {"pause": pause_view(remedy.status().paused)}
 
         return self._act("pause", actor, body, "remediation paused", do)
 
@@ -446,10 +455,21 @@ class _Api:
         body, actor = self._mutation(request, ActionBody)
 
         def do() -> Json:
-            state = self._remedy().resume(who=actor.describe(), why=body.reason, now=self.s.now())
-            return {"pause": pause_view(state)}
+            remedy = self._remedy()
+            remedy.resume(who=actor.describe(), why=body.reason, now=self.s.now())
+            return {"pause": pause_view(remedy.status().paused)}
 
         return self._act("resume", actor, body, "remediation resumed", do)
+
+    def reset_breaker(self, request: Request) -> Response:
+        body, actor = self._mutation(request, ActionBody)
+
+        def do() -> Json:
+            remedy = self._remedy()
+            remedy.reset_breaker(who=actor.describe(), now=self.s.now())
+            return {"breaker": breaker_view(remedy.status().breaker)}
+
+        return self._act("reset_breaker", actor, body, "circuit breaker reset", do)
 
     def acknowledge(self, request: Request) -> Response:
         body, actor = self._mutation(request, ActionBody)

@@ -20,58 +20,49 @@ from fleetd.model import Snapshot
 from fleetd.query import Query
 from fleetd.remedy.events import RemediationEvent
 from fleetd.remedy.machine import Run
+from fleetd.remedy.service import RemediationStatus
 from fleetd.rules.engine import RuleEngine
 from fleetd.rules.health import NodeHealth
 from fleetd.store.events import Event, EventLog
-from fleetd.store.journal import PauseState
 
 
 class RemediationControl(Protocol):
-    """What the API needs from remediation: read runs, and let a human steer them.
+    """What the API needs from remediation (``fleetd.remedy.service.Remediation``).
 
-    Refusals (a run already active, nothing to undrain, mode ``off``) raise
-    ``fleetd.errors.RemedyError`` with a message for the operator; an unknown run id raises
-    ``KeyError``; a bad argument raises ``ValueError``.
+    Refusals (a GPU already in a run, nothing to undrain, no such run) raise
+    ``fleetd.errors.RemedyError`` with a message for the operator; a bad argument raises
+    ``ValueError``.
     """
 
-    @property
-    def mode(self) -> str:
-        """``off``, ``dry-run`` or ``on``."""
+    def status(self) -> RemediationStatus:
+        """Mode, pause switch, breaker, fleet lease use, active runs and held GPUs."""
         ...
 
-    def pause_state(self) -> PauseState: ...
-
-    def active(self) -> list[Run]:
-        """Unfinished runs, oldest first."""
-        ...
-
-    def holding(self) -> list[Run]:
-        """Finished runs that still keep GPUs out of service (quarantined, drained)."""
-        ...
-
-    def runs(self, *, limit: int) -> list[Run]:
+    def runs(self, *, limit: int = 50) -> list[Run]:
         """Recent runs, newest first."""
         ...
 
-    def get_run(self, run_id: str) -> Run | None: ...
+    def run(self, run_id: str) -> Run | None: ...
 
-    def run_events(self, run_id: str) -> list[RemediationEvent]:
-        """A run's step events in the order they happened."""
+    def events(self, run_id: str | None = None, *, limit: int = 1000) -> list[RemediationEvent]:
+        """Step events in the order they happened."""
         ...
 
-    def pause(self, *, who: str, why: str, now: float) -> PauseState: ...
-
-    def resume(self, *, who: str, why: str, now: float) -> PauseState: ...
-
-    def drain(self, gpu: int, *, who: str, why: str, now: float) -> Run:
-        """Take ``gpu``'s reset unit out of service and keep it out until undrained."""
+    def drain(self, gpu: int, *, who: str, why: str, now: float) -> str:
+        """Take ``gpu``'s reset unit out of service until undrained; the new run's id."""
         ...
 
-    def undrain(self, gpu: int, *, who: str, why: str, now: float) -> Run:
-        """Put ``gpu``'s held reset unit back into service."""
+    def undrain(self, gpu: int, *, who: str, why: str, now: float) -> str:
+        """Put ``gpu``'s held reset unit back into service; the new run's id."""
         ...
 
     def cancel(self, run_id: str, *, who: str, why: str, now: float) -> Run: ...
+
+    def pause(self, *, who: str, why: str, now: float) -> None: ...
+
+    def resume(self, *, who: str, why: str, now: float) -> None: ...
+
+    def reset_breaker(self, *, who: str, now: float) -> None: ...
 
 
 ReloadCallback = Callable[[], object]

@@ -8,15 +8,17 @@ the fleet view (docs/api/openapi.yaml, ``NodeStatus``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from fleetd.api.alerts import current_alerts, firing
 from fleetd.api.services import ApiServices
 from fleetd.api.views import (
     Json,
+    breaker_view,
     gpu_of,
     health_view,
+    held_view,
     pause_view,
     run_view,
     severity_counts,
@@ -24,7 +26,9 @@ from fleetd.api.views import (
 from fleetd.configbase import format_duration
 from fleetd.model import GpuStatus, Health, HealthState, Reading, Snapshot, label_value
 from fleetd.remedy.machine import Run
+from fleetd.remedy.service import HeldGpus, RemediationStatus
 from fleetd.rules.health import NodeHealth
+from fleetd.store.journal import PauseState
 
 UNKNOWN = Health(HealthState.UNKNOWN, None, ("no health verdict yet",))
 
@@ -128,12 +132,22 @@ def _identity(status: GpuStatus | None, readings: _GpuReadings | None) -> Json:
     }
 
 
-def runs_by_gpu(active: Iterable[Run], holding: Iterable[Run]) -> dict[int, Json]:
+def runs_by_gpu(
+    active: Iterable[Run], held: Iterable[HeldGpus], lookup: Callable[[str], Run | None]
+) -> dict[int, Json]:
     """The remediation state each GPU is in: an active run first, else a hold."""
     out: dict[int, Json] = {}
-    for run in holding:
-        for gpu in run.gpu_indices:
-            out[gpu] = _run_brief(run)
+    for hold in held:
+        run = lookup(hold.run_id)
+        for gpu in hold.gpus:
+            out[gpu] = {
+                "run_id": hold.run_id,
+                "plan": run.plan.value if run is not None else "unknown",
+                "state": hold.state,
+                "phase": hold.state,
+                "dry_run": run.dry_run if run is not None else False,
+                "holding": True,
+            }
     for run in active:
         for gpu in run.gpu_indices:
             out[gpu] = _run_brief(run)
@@ -147,7 +161,7 @@ def _run_brief(run: Run) -> Json:
         "state": run.state.value,
         "phase": run.state.phase,
         "dry_run": run.dry_run,
-        "holding": run.holding and run.terminal,
+        "holding": False,
     }
 
 
@@ -189,35 +203,37 @@ def gpu_entries(
     return out
 
 
-def remediation_summary(services: ApiServices) -> tuple[Json, list[Run], list[Run]]:
-    """The node's remediation state, and its active and holding runs."""
-    remedy = services.remedy
-    if remedy is None:
+def remediation_summary(services: ApiServices) -> tuple[Json, RemediationStatus | None]:
+    """The node's remediation state (and the facade's status it came from)."""
+    if services.remedy is None:
         return (
             {
                 "available": False,
                 "mode": "off",
-                "pause": pause_view_default(),
+                "pause": pause_view(PauseState(False)),
+                "breaker": {"tripped": False, "reason": None, "tripped_at": None},
+                "lease_scope": None,
+                "gpus_out_of_service": 0,
                 "in_progress": False,
                 "active": [],
-                "holding": [],
+                "held": [],
             },
-            [],
-            [],
+            None,
         )
-    active = remedy.active()
-    holding = remedy.holding()
+    status = services.remedy.status()
     return (
         {
             "available": True,
-            "mode": remedy.mode,
-            "pause": pause_view(remedy.pause_state()),
-            "in_progress": bool(active),
-            "active": [run_view(r) for r in active],
-            "holding": [run_view(r) for r in holding],
+            "mode": status.mode,
+            "pause": pause_view(status.paused),
+            "breaker": breaker_view(status.breaker),
+            "lease_scope": status.lease_scope,
+            "gpus_out_of_service": status.gpus_out_of_service,
+            "in_progress": bool(status.active),
+            "active": [run_view(r) for r in status.active],
+            "held": [held_view(h) for h in status.held],
         },
-        active,
-        holding,
+        status,
     )
 
 
@@ -237,17 +253,18 @@ def aged(verdict: Health, at: float, now: float, services: ApiServices) -> Healt
     return Health(verdict.state, age, verdict.reasons)
 
 
-def pause_view_default() -> Json:
-    return {"paused": False, "by": None, "reason": None, "at": None}
-
-
 def node_status(services: ApiServices, now: float) -> Json:
     """The whole status document of this node."""
     snapshot = services.latest_snapshot()
     health = services.health()
     alerts = current_alerts(services, now)
-    remediation, active, holding = remediation_summary(services)
-    gpus = gpu_entries(services, snapshot, health, alerts, runs_by_gpu(active, holding), now)
+    remediation, remedy_status = remediation_summary(services)
+    per_gpu = (
+        runs_by_gpu(remedy_status.active, remedy_status.held, services.remedy.run)
+        if remedy_status is not None and services.remedy is not None
+        else {}
+    )
+    gpus = gpu_entries(services, snapshot, health, alerts, per_gpu, now)
     node_health = aged(health.node, health.at, now, services) if health is not None else UNKNOWN
     hottest = [
         g["readings"]["temperature_hotspot_c"]

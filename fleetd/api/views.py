@@ -13,7 +13,9 @@ from typing import Any
 from fleetd.alert.matchers import format_matcher
 from fleetd.model import Alert, Health, Labels, label_value
 from fleetd.remedy.events import RemediationEvent
+from fleetd.remedy.lease import BreakerStatus
 from fleetd.remedy.machine import Run
+from fleetd.remedy.service import HeldGpus
 from fleetd.rules.engine import RuleStatus
 from fleetd.rules.state import AlertEntry
 from fleetd.store.events import Event
@@ -177,6 +179,22 @@ def remediation_event_view(event: RemediationEvent) -> Json:
 
 def pause_view(state: PauseState) -> Json:
     return {"paused": state.paused, "by": state.by, "reason": state.reason, "at": state.at}
+
+
+def breaker_view(state: BreakerStatus) -> Json:
+    return {"tripped": state.tripped, "reason": state.reason, "tripped_at": state.tripped_at}
+
+
+def held_view(held: HeldGpus) -> Json:
+    """GPUs a finished run keeps out of service (quarantined, drained) until a human acts."""
+    return {
+        "run_id": held.run_id,
+        "gpus": list(held.gpus),
+        "workers": list(held.workers),
+        "state": held.state,
+        "reason": held.reason,
+        "since": held.since,
+    }
 
 
 def event_view(event: Event) -> Json:

@@ -2,9 +2,10 @@
 
 Everything is the real component — the amdsmi backend over ``fleetd.sim``, the poller and
 its collectors, the storage handle (SQLite file), the memory window and the hybrid query,
-the rule engine with the shipped rules, the alert dispatcher, the event log and the HTTP
-server — except the GPUs (simulated) and time (a FakeClock the test advances). ``tick``
-is one pass of the daemon's loop: poll, store, evaluate, dispatch.
+the rule engine with the shipped rules, the alert dispatcher, remediation (dry-run by
+default, no vLLM workers), the event log and the HTTP server — except the GPUs (simulated)
+and time (a FakeClock the test advances). ``tick`` is one pass of the daemon's loop: poll,
+store, evaluate, remediate, dispatch.
 
 When the lead's ``fleetd.daemon`` lands on main, this helper builds the agent through it.
 """
@@ -22,13 +23,17 @@ from fleetd.alert.dispatch import Dispatcher
 from fleetd.api.config import ApiConfig
 from fleetd.api.routes import build_api_router
 from fleetd.api.server import HttpServer, Request, Response, Router
-from fleetd.api.services import ApiServices, RemediationControl
+from fleetd.api.services import ApiServices
 from fleetd.clock import FakeClock
 from fleetd.collect.amdsmi_backend import AmdSmiBackend
 from fleetd.collect.collectors import default_collectors
 from fleetd.collect.poller import Poller
+from fleetd.config import FleetdConfig
 from fleetd.configbase import Secret
 from fleetd.model import Snapshot
+from fleetd.remedy.events import RemediationEvent
+from fleetd.remedy.service import Remediation
+from fleetd.remedy.wiring import build_remediation
 from fleetd.rules.config import RulesConfig, engine_settings, load_rules
 from fleetd.rules.engine import RuleEngine
 from fleetd.sim import SimNode, SimulatedAmdSmi, build_node
@@ -59,6 +64,25 @@ class SlowRouter(Router):
         self._released.set()
 
 
+class EventLogSink:
+    """Remediation's step events into the node's event log (as the daemon wires it)."""
+
+    def __init__(self, store: ResilientStore) -> None:
+        self._store = store
+
+    def record(self, event: RemediationEvent) -> None:
+        gpu = event.trigger.gpu if event.trigger is not None else None
+        who = event.trigger.who if event.trigger is not None else None
+        self._store.append_event(
+            "remediation",
+            now=event.at,
+            gpu=gpu,
+            message=event.message,
+            data=event.to_dict(),
+            actor=who or "fleetd",
+        )
+
+
 class Latest:
     """The newest snapshot, as the daemon's loop leaves it for the API."""
 
@@ -81,6 +105,7 @@ class Agent:
     memory: MemoryWindow
     engine: RuleEngine
     dispatcher: Dispatcher
+    remedy: Remediation | None
     services: ApiServices
     server: HttpServer
     latest: Latest = field(default_factory=Latest)
@@ -106,6 +131,9 @@ class Agent:
             self.latest.snapshot = snapshot
             transitions = self.engine.evaluate(HybridQuery(self.memory, self.store), now)
             self.dispatcher.submit(transitions, now)
+            if self.remedy is not None:
+                self.remedy.handle(transitions, now)
+                self.remedy.tick(now)
             self.dispatcher.tick(now)
 
     def stop(self) -> None:
@@ -125,7 +153,8 @@ def start_agent(
     token: str | None = TOKEN,
     model: str = "MI355X",
     seed: int = 0,
-    remedy: RemediationControl | None = None,
+    remediation: dict[str, object] | None = None,
+    with_remediation: bool = True,
     reload: Callable[[], object] | None = None,
     delay: float = 0.0,
 ) -> Agent:
@@ -147,6 +176,19 @@ def start_agent(
         AlertingConfig(), store.db, node=name, now=clock.now(), stream=io.StringIO()
     )
     latest = Latest()
+    remedy: Remediation | None = None
+    if with_remediation:
+        config = FleetdConfig.model_validate(
+            {"node": {"name": name}, "remediation": remediation or {"mode": "dry-run"}}
+        )
+        remedy = build_remediation(
+            config,
+            db=store.db,
+            backend=backend,
+            poller=poller,
+            clock=clock,
+            events=EventLogSink(store),
+        )
     services = ApiServices(
         node=name,
         clock=clock,
@@ -172,6 +214,7 @@ def start_agent(
         memory=memory,
         engine=engine,
         dispatcher=dispatcher,
+        remedy=remedy,
         services=services,
         server=server,
         latest=latest,
