@@ -220,7 +220,10 @@ class HttpServer:
 
     def start(self) -> None:
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="fleetd-http", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.1},  # how long stop() may wait for the loop to notice
+            name="fleetd-http",
+            daemon=True,
         )
         self._thread.start()
 
