@@ -370,6 +370,9 @@ class _Api:
         limit = _int_arg(request, "limit", 200, 1, 5000)
         since = _time_arg(request, "since")
         until = _time_arg(request, "until")
+        if request.arg("window"):
+            window = _duration_arg(request, "window", 0.0, 10 * 365 * 86400.0)
+            since = max(since or 0.0, self.s.now() - window)
         kinds = request.query.get("kind")
         try:
             found = self.s.query_events(gpu=gpu, kinds=kinds, since=since, until=until, limit=limit)
