@@ -43,7 +43,8 @@ HISTORY_SERIES: tuple[HistorySeries, ...] = (
 def gpu_history(query: Query, gpu: int, *, now: float, window: float, points: int) -> Json:
     """``{"start", "end", "step_s", "series": {name: [[ts, value], ...]}}`` for one GPU.
 
-    A GPU replaced under the same index (new uuid) shows as one line: its series are merged
+    One point per complete step bucket (stamped with the bucket's end), then the newest
+    reading. A GPU replaced under the same index (new uuid) shows as one line: its series are merged
     in time order.
     """
     start = now - window
@@ -56,5 +57,11 @@ def gpu_history(query: Query, gpu: int, *, now: float, window: float, points: in
         merged: list[Sample] = sorted(
             (sample for samples in found.values() for sample in samples), key=lambda s: s.ts
         )
+        # stepped answers hold complete buckets only; the newest reading ends the line
+        newest = query.latest(spec.metric, matchers, now=now, max_age=step)
+        if newest:
+            last = max(newest.values(), key=lambda s: s.ts)
+            if not merged or last.ts > merged[-1].ts:
+                merged.append(last)
         series[spec.name] = [[round(s.ts, 3), s.value] for s in merged]
     return {"start": start, "end": now, "step_s": step, "series": series}

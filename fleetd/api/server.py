@@ -166,14 +166,17 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(self.router.dispatch(request))
 
     def _send(self, response: Response) -> None:
-        self.send_response(response.status)
-        self.send_header("Content-Type", response.content_type)
-        self.send_header("Content-Length", str(len(response.body)))
-        for name, value in response.headers:
-            self.send_header(name, value)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(response.body)
+        try:
+            self.send_response(response.status)
+            self.send_header("Content-Type", response.content_type)
+            self.send_header("Content-Length", str(len(response.body)))
+            for name, value in response.headers:
+                self.send_header(name, value)
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(response.body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (e.g. fleetctl's timeout): nothing left to tell it
 
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = _handle
 
@@ -185,6 +188,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         return  # access logs would flood journald at one scrape per second
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # a client that hangs up or speaks garbage is not worth a traceback on stderr
+        log.debug("http_connection_error", client=str(client_address[0]))
 
 
 class HttpServer:
@@ -200,8 +211,7 @@ class HttpServer:
         tls_key: Path | None = None,
     ) -> None:
         handler = type("BoundHandler", (_Handler,), {"router": router})
-        self._server = ThreadingHTTPServer((bind, port), handler)
-        self._server.daemon_threads = True
+        self._server = _Server((bind, port), handler)
         if tls_cert is not None and tls_key is not None:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.minimum_version = ssl.TLSVersion.TLSv1_2

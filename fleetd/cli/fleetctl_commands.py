@@ -169,9 +169,9 @@ def alerts_command(
                 Cell(a["annotations"].get("summary", "")),
             ]
         )
-    click.echo(render_table(ALERT_COLUMNS, rows, fleet.painter))
+    fleet.echo(render_table(ALERT_COLUMNS, rows, fleet.painter))
     for line in _unreachable_lines(replies, fleet):
-        click.echo(line)
+        fleet.echo(line)
     raise SystemExit(code)
 
 
@@ -184,7 +184,7 @@ def ack_command(node: str, fingerprint: str, reason: str, **kw: Any) -> None:
     """Acknowledge a firing alert (no repeat notifications for this episode)."""
     fleet = _fleet(kw)
     done = change(fleet, node, f"/alerts/{fingerprint}/ack", {"reason": reason})
-    click.echo(f"{node}: acknowledged {fingerprint} as {done['acknowledgement']['author']}")
+    fleet.echo(f"{node}: acknowledged {fingerprint} as {done['acknowledgement']['author']}")
 
 
 # ---------------------------------------------------------------------------------- silences
@@ -215,7 +215,7 @@ def silence_add(
         {"matchers": list(matchers), "duration": duration, "reason": reason},
     )
     silence = done["silence"]
-    click.echo(f"{node}: silence {silence['id']} until {clock(silence['ends_at'])}")
+    fleet.echo(f"{node}: silence {silence['id']} until {clock(silence['ends_at'])}")
 
 
 SILENCE_COLUMNS = (
@@ -261,9 +261,9 @@ def silence_list(nodes: tuple[str, ...], everything: bool, as_json: bool, **kw: 
         ]
         for n, s in found
     ]
-    click.echo(render_table(SILENCE_COLUMNS, rows, fleet.painter))
+    fleet.echo(render_table(SILENCE_COLUMNS, rows, fleet.painter))
     for line in _unreachable_lines(replies, fleet):
-        click.echo(line)
+        fleet.echo(line)
     raise SystemExit(code)
 
 
@@ -276,7 +276,7 @@ def silence_expire(node: str, silence_id: str, reason: str, **kw: Any) -> None:
     """End silence SILENCE_ID on NODE now."""
     fleet = _fleet(kw)
     change(fleet, node, f"/silences/{silence_id}/expire", {"reason": reason})
-    click.echo(f"{node}: silence {silence_id} expired")
+    fleet.echo(f"{node}: silence {silence_id} expired")
 
 
 # ------------------------------------------------------------------------------ drain/undrain
@@ -294,7 +294,7 @@ def drain_command(node: str, gpu: int, reason: str, **kw: Any) -> None:
     """Take GPU's reset unit on NODE out of service and keep it out until undrained."""
     fleet = _fleet(kw)
     done = change(fleet, node, f"/gpus/{gpu}/drain", {"reason": reason})
-    click.echo(_run_line(node, done["run"]))
+    fleet.echo(_run_line(node, done["run"]))
 
 
 @click.command("undrain")
@@ -306,7 +306,7 @@ def undrain_command(node: str, gpu: int, reason: str, **kw: Any) -> None:
     """Put GPU's held reset unit on NODE back into service."""
     fleet = _fleet(kw)
     done = change(fleet, node, f"/gpus/{gpu}/undrain", {"reason": reason})
-    click.echo(_run_line(node, done["run"]))
+    fleet.echo(_run_line(node, done["run"]))
 
 
 @click.command("reload")
@@ -317,7 +317,7 @@ def reload_command(node: str, reason: str, **kw: Any) -> None:
     """Reload NODE's fleetd.yaml and rules (a bad file is rejected; the old config runs on)."""
     fleet = _fleet(kw)
     change(fleet, node, "/reload", {"reason": reason})
-    click.echo(f"{node}: reloaded")
+    fleet.echo(f"{node}: reloaded")
 
 
 # ------------------------------------------------------------------------------- remediation
@@ -377,17 +377,17 @@ def remediation_list(nodes: tuple[str, ...], as_json: bool, **kw: Any) -> None:
             }
         )
         raise SystemExit(code)
-    click.echo(render_table(RUN_COLUMNS, [_run_row(n, run) for n, run in runs], fleet.painter))
+    fleet.echo(render_table(RUN_COLUMNS, [_run_row(n, run) for n, run in runs], fleet.painter))
     for node, h in held:
         gpus = ",".join(str(g) for g in h["gpus"])
         line = (
             f"{node}: gpu {gpus} held ({h['state']}) by run {h['run_id']} since {clock(h['since'])}"
         )
-        click.echo(
+        fleet.echo(
             fleet.painter.paint(line + (f": {h['reason']}" if h["reason"] else ""), "yellow")
         )
     for line in _unreachable_lines(replies, fleet):
-        click.echo(line)
+        fleet.echo(line)
     raise SystemExit(code)
 
 
@@ -404,16 +404,16 @@ def remediation_show(node: str, run_id: str, as_json: bool, **kw: Any) -> None:
         _echo_json(data)
         return
     run = data["run"]
-    click.echo(render_table(RUN_COLUMNS, [_run_row(node, run)], fleet.painter))
+    fleet.echo(render_table(RUN_COLUMNS, [_run_row(node, run)], fleet.painter))
     for event in data["events"]:
-        click.echo(f"  {clock(event['at'])}  {event['kind']:<18} {event['message']}")
+        fleet.echo(f"  {clock(event['at'])}  {event['kind']:<18} {event['message']}")
 
 
 def _simple_change(path: str, verb: str) -> Callable[..., None]:
     def command(node: str, reason: str, **kw: Any) -> None:
         fleet = _fleet(kw)
         change(fleet, node, path, {"reason": reason})
-        click.echo(f"{node}: {verb}")
+        fleet.echo(f"{node}: {verb}")
 
     return command
 
@@ -427,7 +427,7 @@ def remediation_cancel(node: str, run_id: str, reason: str, **kw: Any) -> None:
     """Cancel RUN_ID on NODE (it concludes safely between two steps)."""
     fleet = _fleet(kw)
     done = change(fleet, node, f"/remediation/runs/{run_id}/cancel", {"reason": reason})
-    click.echo(_run_line(node, done["run"]))
+    fleet.echo(_run_line(node, done["run"]))
 
 
 remediation_group.command("pause", help="Pause automatic remediation on NODE.")(
@@ -495,10 +495,10 @@ def history_command(
         ]
         for e in events
     ]
-    click.echo(render_table(EVENT_COLUMNS, rows, fleet.painter))
+    fleet.echo(render_table(EVENT_COLUMNS, rows, fleet.painter))
     if detail is not None:
-        click.echo("")
-        click.echo(_history_table(detail["history"], fleet))
+        fleet.echo("")
+        fleet.echo(_history_table(detail["history"], fleet))
 
 
 def _history_table(history: dict[str, Any], fleet: Fleet) -> str:
@@ -552,47 +552,47 @@ def explain_command(node: str, gpu: int, as_json: bool, **kw: Any) -> None:
         "unhealthy": "bold red",
         "unknown": "magenta",
     }
-    click.echo(paint(data["summary"], styles.get(state)))
-    click.echo(f"data age: {age(data['health']['data_age_s'])}")
+    fleet.echo(paint(data["summary"], styles.get(state)))
+    fleet.echo(f"data age: {age(data['health']['data_age_s'])}")
     if data["alerts"]:
-        click.echo(paint("\nwhich rule", "bold"))
+        fleet.echo(paint("\nwhich rule", "bold"))
         for a in data["alerts"]:
-            click.echo(f"  {a['rule']} ({a['severity']}, {a['state']})")
+            fleet.echo(f"  {a['rule']} ({a['severity']}, {a['state']})")
             if a.get("expr"):
                 condition = a["expr"]
                 if a.get("op") and a.get("threshold") is not None:
                     condition += f" {a['op']} {a['threshold']:g}"
-                click.echo(f"    when   {condition}")
+                fleet.echo(f"    when   {condition}")
                 hold = f"for {age(a['for_s'])}" if a.get("for_s") else "at once"
                 clear = f", clears at {a['clear']:g}" if a.get("clear") is not None else ""
-                click.echo(f"    fires  {hold}{clear}")
+                fleet.echo(f"    fires  {hold}{clear}")
             if a.get("value") is not None:
-                click.echo(f"    value  {a['value']:g}")
+                fleet.echo(f"    value  {a['value']:g}")
             if a.get("summary"):
-                click.echo(f"    says   {a['summary']}")
+                fleet.echo(f"    says   {a['summary']}")
             if a.get("runbook"):
-                click.echo(f"    runbook {a['runbook']}")
-    click.echo(paint("\nwhich readings", "bold"))
+                fleet.echo(f"    runbook {a['runbook']}")
+    fleet.echo(paint("\nwhich readings", "bold"))
     for r in data["readings"]:
         labels = ",".join(f'{k}="{v}"' for k, v in r["labels"].items())
         value = "missing" if r["value"] is None else f"{r['value']:g}"
-        click.echo(f"  {r['metric']}{{{labels}}} = {value} ({age(r['age_s'])} old)")
-    click.echo(paint("\nwhat has been done", "bold"))
+        fleet.echo(f"  {r['metric']}{{{labels}}} = {value} ({age(r['age_s'])} old)")
+    fleet.echo(paint("\nwhat has been done", "bold"))
     remediation = data["remediation"]
-    click.echo(f"  remediation mode: {remediation['mode']}")
+    fleet.echo(f"  remediation mode: {remediation['mode']}")
     for run in remediation["runs"][:5]:
         dry = " (dry-run)" if run["dry_run"] else ""
-        click.echo(
+        fleet.echo(
             f"  run {run['run_id']} {run['plan']}{dry}: {run['state']} "
             f"(since {clock(run['created_at'])}; {run['trigger']['description']})"
         )
     for event in data["events"][-10:]:
-        click.echo(f"  {clock(event['ts'])} {event['kind']}: {event['message']}")
+        fleet.echo(f"  {clock(event['ts'])} {event['kind']}: {event['message']}")
     if not remediation["runs"] and not data["events"]:
-        click.echo("  nothing yet")
-    click.echo(paint("\nwhat happens next", "bold"))
+        fleet.echo("  nothing yet")
+    fleet.echo(paint("\nwhat happens next", "bold"))
     for step in data["next"]:
-        click.echo(f"  {step}")
+        fleet.echo(f"  {step}")
 
 
 COMMANDS: Sequence[click.Command] = (

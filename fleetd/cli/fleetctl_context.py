@@ -61,6 +61,10 @@ class Fleet:
     def painter(self) -> Painter:
         return Painter(self.colour)
 
+    def echo(self, text: str = "") -> None:
+        """Print a line; colour codes are kept only when colour is on."""
+        click.echo(text, color=self.colour)
+
     def options(self, *, with_token: bool = False) -> ClientOptions:
         return ClientOptions(
             timeout=self.timeout,

@@ -27,3 +27,7 @@ def main() -> None:
 main.add_command(status_command)
 for command in COMMANDS:
     main.add_command(command)
+
+
+if __name__ == "__main__":
+    main()

@@ -338,7 +338,7 @@ def status_command(
     fleet = make_fleet(inventory, db, timeout, token_file, ca_file, colour, stale_after)
     if not watch:
         text, code = once(fleet, node, as_json)
-        click.echo(text)
+        fleet.echo(text)
         sys.exit(code)
     code = EXIT_OK
     done = 0
@@ -350,7 +350,8 @@ def status_command(
             except Fail as exc:
                 text, code = f"error: {exc.message}", exc.exit_code
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-            click.echo(clear + (text if as_json else f"{text}\n(every {interval:g}s, {stamp})"))
+            suffix = "" if as_json else f"\n(every {interval:g}s, {stamp})"
+            fleet.echo(clear + text + suffix)
             done += 1
             if count is None or done < count:
                 time.sleep(interval)

@@ -111,9 +111,12 @@ class Agent:
     latest: Latest = field(default_factory=Latest)
     slow: SlowRouter | None = None
 
+    tls: bool = False
+
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.port}"
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://127.0.0.1:{self.server.port}"
 
     @property
     def address(self) -> str:
@@ -157,6 +160,7 @@ def start_agent(
     with_remediation: bool = True,
     reload: Callable[[], object] | None = None,
     delay: float = 0.0,
+    tls: tuple[Path, Path] | None = None,
 ) -> Agent:
     """Build and start an agent whose files live under ``tmp``."""
     clock = clock or FakeClock()
@@ -203,7 +207,13 @@ def start_agent(
     )
     router = build_api_router(services, token=Secret(token) if token else None)
     slow = SlowRouter(router, delay) if delay > 0 else None
-    server = HttpServer(slow or router, "127.0.0.1", 0)
+    server = HttpServer(
+        slow or router,
+        "127.0.0.1",
+        0,
+        tls_cert=tls[0] if tls else None,
+        tls_key=tls[1] if tls else None,
+    )
     server.start()
     agent = Agent(
         name=name,
@@ -219,5 +229,6 @@ def start_agent(
         server=server,
         latest=latest,
         slow=slow,
+        tls=tls is not None,
     )
     return agent
