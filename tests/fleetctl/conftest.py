@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import socket
 import time
 from collections.abc import Iterator
@@ -9,9 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import structlog
 from click.testing import CliRunner, Result
 
 from fleetd.cli.fleetctl_main import main
+from fleetd.logs import configure_logging
 from tests.api.agent import TOKEN, Agent, start_agent
 
 SLOW_DELAY = 30.0  # the slow agent answers after this; fleetctl's timeout is far shorter
@@ -30,7 +33,7 @@ def dead_address() -> str:
 class Fleet:
     tmp: Path
     agents: list[Agent]
-    slow: Agent
+    slow: Agent | None
     dead: str
     inventory: Path
     token_file: Path
@@ -43,8 +46,19 @@ class Fleet:
         result = CliRunner().invoke(main, list(args), env=merged, catch_exceptions=False)
         return result, time.monotonic() - started
 
-    def agent(self, name: str) -> Agent:
-        return next(a for a in [*self.agents, self.slow] if a.name == name)
+    def stop(self) -> None:
+        for agent in self.agents:
+            agent.stop()
+        if self.slow is not None:
+            self.slow.stop()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def quiet_agent_logs() -> Iterator[None]:
+    """The agents run in this process: keep their log lines out of fleetctl's captured output."""
+    configure_logging("json", "warning", stream=io.StringIO())
+    yield
+    structlog.reset_defaults()
 
 
 def write_inventory(path: Path, entries: list[tuple[str, str]]) -> Path:
@@ -52,14 +66,16 @@ def write_inventory(path: Path, entries: list[tuple[str, str]]) -> Path:
     return path
 
 
-def build_fleet(tmp: Path, healthy: int = 3) -> Fleet:
+def build_fleet(tmp: Path, healthy: int = 3, *, with_slow: bool = True) -> Fleet:
     agents = [start_agent(tmp / f"n{i}", name=f"gpu-node-00{i}") for i in range(1, healthy + 1)]
-    slow = start_agent(tmp / "slow", name="gpu-node-slow", delay=SLOW_DELAY)
-    for agent in [*agents, slow]:
+    slow = start_agent(tmp / "slow", name="gpu-node-slow", delay=SLOW_DELAY) if with_slow else None
+    for agent in [*agents, *([slow] if slow else [])]:
         agent.tick(3)
     dead = dead_address()
     entries = [(a.name, a.address) for a in agents]
-    entries += [("gpu-node-dead", dead), (slow.name, slow.address)]
+    entries.append(("gpu-node-dead", dead))
+    if slow is not None:
+        entries.append((slow.name, slow.address))
     inventory = write_inventory(tmp / "inventory.yaml", entries)
     token_file = tmp / "token"
     token_file.write_text(TOKEN + "\n")
@@ -79,5 +95,4 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     try:
         yield built
     finally:
-        for agent in [*built.agents, built.slow]:
-            agent.stop()
+        built.stop()
