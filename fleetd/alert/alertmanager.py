@@ -7,6 +7,9 @@ Client duties from Alertmanager's docs/alerts_api.md, done the way Prometheus do
   alert for a while so a restarted Alertmanager still learns of it;
 * in an HA setup send to EVERY Alertmanager (one integration per URL), never load-balance.
 The dispatcher owns the cadence (``sync`` mode); this module only builds and posts the list.
+Routing decides which alerts an Alertmanager gets, but fleetd's grouping, silences and
+inhibition do not apply: Alertmanager groups, silences and inhibits by itself, and an alert
+fleetd stopped sending would look resolved to it.
 Alertmanager answers 200, or 400 for a malformed alert, or 5xx.
 """
 

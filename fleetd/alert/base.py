@@ -20,6 +20,7 @@ import json
 from collections.abc import Iterable, Mapping
 from email.utils import parsedate_to_datetime
 from typing import Any, ClassVar, Literal, Protocol
+from urllib.parse import parse_qsl, quote, urlsplit
 
 import requests
 
@@ -64,17 +65,33 @@ class HttpNotifyError(NotifyError):
         self.status = status
 
 
-def redact(text: str, secrets: Iterable[Secret | str | None]) -> str:
-    """``text`` with every secret value (and its URL-encoded form) replaced by ``<secret>``."""
-    from urllib.parse import quote
+_MIN_SECRET_PART = 8
 
+
+def _secret_forms(value: str) -> list[str]:
+    """The ways a secret can show up in a server's answer, longest first.
+
+    A URL secret (a Slack or generic webhook) is usually echoed without its scheme and host:
+    its path, its query, or one path segment or query value alone.
+    """
+    forms = {value, quote(value, safe=""), quote(value)}
+    parts = urlsplit(value)
+    if parts.scheme in ("http", "https") and parts.netloc:
+        pieces = [parts.path, parts.query, f"{parts.path}?{parts.query}"]
+        pieces += parts.path.split("/")
+        pieces += [v for _, v in parse_qsl(parts.query)]
+        forms.update(p for p in pieces if len(p) >= _MIN_SECRET_PART)
+    return sorted((f for f in forms if len(f) >= 4), key=len, reverse=True)
+
+
+def redact(text: str, secrets: Iterable[Secret | str | None]) -> str:
+    """``text`` with every secret (whole, URL-encoded, or a telling part of a secret URL)
+    replaced by ``<secret>``."""
     for secret in secrets:
         if secret is None:
             continue
         value = secret.reveal() if isinstance(secret, Secret) else secret
-        if len(value) < 4:
-            continue
-        for form in {value, quote(value, safe=""), quote(value)}:
+        for form in _secret_forms(value):
             text = text.replace(form, "<secret>")
     return text
 

@@ -9,17 +9,20 @@ health and ``fleetd_rule_evaluation_failures_total``, never as a page.
 
 from __future__ import annotations
 
+import functools
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, ParamSpec, TypeVar
 
 from fleetd.errors import ConfigError
 from fleetd.logs import get_logger
 from fleetd.model import Alert, AlertKey, AlertState, Labels, Transition, make_labels
 from fleetd.query import Query
-from fleetd.rules.evaluate import Evaluation, Vector, compare
+from fleetd.rules.evaluate import Evaluation, Vector, compare, range_needs
 from fleetd.rules.health import GPU_UP_METRIC, HEALTH_METRIC, NodeHealth, assess, health_vector
 from fleetd.rules.loader import RuleSet
+from fleetd.rules.ranges import RangeMirror
 from fleetd.rules.spec import Rule
 from fleetd.rules.state import (
     AlertEntry,
@@ -32,6 +35,8 @@ from fleetd.rules.state import (
 )
 
 INFO_METRIC = "fleetd_gpu_info"
+P = ParamSpec("P")
+R = TypeVar("R")
 RuleHealthState = Literal["ok", "err", "unknown"]
 _log = get_logger("rules")
 
@@ -83,8 +88,24 @@ class _RuleRuntime:
     status: RuleStatus = field(default_factory=lambda: RuleStatus(""))
 
 
+def _locked(method: Callable[P, R]) -> Callable[P, R]:
+    """Run a method under the engine's lock: the API reads while the tick evaluates."""
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        engine = args[0]
+        assert isinstance(engine, RuleEngine)
+        with engine._lock:
+            return method(*args, **kwargs)
+
+    return wrapper
+
+
 class RuleEngine:
     """Holds the rules and their alerts; ``evaluate`` is pure apart from updating that state.
+
+    Thread-safe: evaluation, reload, restore and the read methods take one lock, so the HTTP
+    API can read alerts and health while the daemon's tick evaluates.
 
     Args:
         rules: the rule set to run.
@@ -102,6 +123,7 @@ class RuleEngine:
         node: str | None = None,
         timer: Callable[[], float] | None = None,
     ) -> None:
+        self._lock = threading.RLock()
         self.settings = settings or EngineSettings()
         self.node = node
         self._timer = timer
@@ -114,6 +136,7 @@ class RuleEngine:
         self.last_duration_s = 0.0
         self.evaluations_total = 0
         self.reload_status = ReloadStatus()
+        self._ranges = RangeMirror(late_margin_s=5.0 + 2 * self.settings.poll_interval_s)
         self._install(rules, previous={})
 
     # ------------------------------------------------------------------------------ life cycle
@@ -121,6 +144,7 @@ class RuleEngine:
     def rules(self) -> RuleSet:
         return self._rules
 
+    @_locked
     def reload(self, new_rules: RuleSet) -> None:
         """Swap in ``new_rules``; alerts of rules whose name and labels are unchanged survive.
 
@@ -169,6 +193,7 @@ class RuleEngine:
             for entry in old.alerts.values():
                 self._orphans[entry.alert.key] = entry
         self._runtime = runtime
+        self._ranges.plan(range_needs(rule.expr for rule in rules.rules))
 
     def _timing(self, rule: Rule) -> Timing:
         return Timing(
@@ -178,10 +203,12 @@ class RuleEngine:
             resolved_retention_s=self.settings.resolved_retention_s,
         )
 
+    @_locked
     def restore(
         self, entries: Iterable[AlertEntry], *, last_eval_at: float | None, now: float
     ) -> None:
         """Resume alert state saved before a restart (see ``fleetd.rules.state.restore``)."""
+        entries = list(entries)
         kept = restore(
             entries,
             last_eval_at=last_eval_at,
@@ -191,6 +218,10 @@ class RuleEngine:
             for_grace_period_s=self.settings.for_grace_period_s,
             resolved_retention_s=self.settings.resolved_retention_s,
         )
+        kept_keys = {entry.alert.key for entry in kept}
+        for entry in entries:
+            if entry.alert.key not in kept_keys:
+                self._dirty[entry.alert.key] = None  # stale rows must not come back next time
         for entry in kept:
             runtime = self._runtime.get(entry.alert.key.rule)
             if runtime is None:
@@ -201,8 +232,13 @@ class RuleEngine:
         _log.info("alert_state_restored", alerts=len(kept), last_eval_at=last_eval_at)
 
     # ------------------------------------------------------------------------------ evaluation
+    @_locked
     def evaluate(self, query: Query, now: float) -> list[Transition]:
-        """Evaluate every rule at ``now`` and return the alert transitions, in rule order."""
+        """Evaluate every rule at ``now`` and return the alert transitions, in rule order.
+
+        Pass the same ``query`` object every tick (the daemon's MemoryWindow): range functions
+        are kept incrementally per query object, and a different object starts them over.
+        """
         started = self._clock()
         settings = self.settings
         before = self._assess(query, now)
@@ -212,6 +248,7 @@ class RuleEngine:
             lookback=settings.lookback_s,
             poll_interval=settings.poll_interval_s,
             synthetic={HEALTH_METRIC: health_vector(before)},
+            ranges=self._ranges,
         )
         transitions = self._resolve_orphans(now)
         models: dict[str, str] | None = None
@@ -383,6 +420,7 @@ class RuleEngine:
         """Pending, firing and recently resolved alerts, by rule order then labels."""
         return [entry.alert for entry in self.entries()]
 
+    @_locked
     def entries(self) -> list[AlertEntry]:
         """Like ``alerts`` with the engine's extra (``no_data_since``)."""
         out: list[AlertEntry] = []
@@ -390,9 +428,11 @@ class RuleEngine:
             out.extend(entry for _, entry in sorted(runtime.alerts.items()))
         return out
 
+    @_locked
     def rule_statuses(self) -> list[RuleStatus]:
         return [runtime.status for runtime in self._runtime.values()]
 
+    @_locked
     def health(self) -> NodeHealth | None:
         """The health verdict of the last evaluation (None before the first)."""
         return self._health
@@ -401,6 +441,7 @@ class RuleEngine:
     def last_eval_at(self) -> float | None:
         return self._last_eval_at
 
+    @_locked
     def take_changes(self) -> StateChanges:
         """Alert rows to write or delete since the last call (for ``AlertStateStore.save``)."""
         dirty, self._dirty = self._dirty, {}

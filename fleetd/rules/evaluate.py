@@ -10,7 +10,7 @@ which the engine turns into rule health, never into a page.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
 from fleetd.model import Labels
@@ -30,7 +30,9 @@ from fleetd.rules.ast import (
     Unary,
     VectorMatching,
     children,
+    walk,
 )
+from fleetd.rules.ranges import RangeMirror
 
 Vector = dict[Labels, float]
 
@@ -50,6 +52,19 @@ class Interner:
         if kids:
             node = _with_children(node, tuple(self.intern(k) for k in kids))
         return self._pool.setdefault(node, node)
+
+
+def range_needs(nodes: Iterable[Node]) -> dict[tuple[str, tuple[Matcher, ...]], float]:
+    """The longest window each (metric, matchers) is read over by range functions."""
+    needs: dict[tuple[str, tuple[Matcher, ...]], float] = {}
+    for root in nodes:
+        for node in walk(root):
+            if isinstance(node, Call) and node.func in RANGE_FUNCTIONS:
+                rng = node.args[0]
+                assert isinstance(rng, RangeSelector)
+                key = (rng.selector.metric, rng.selector.matchers)
+                needs[key] = max(needs.get(key, 0.0), rng.range_s)
+    return needs
 
 
 def _with_children(node: Node, kids: tuple[Node, ...]) -> Node:
@@ -82,14 +97,17 @@ class Evaluation:
         lookback: float,
         poll_interval: float,
         synthetic: Mapping[str, Vector] | None = None,
+        ranges: RangeMirror | None = None,
     ) -> None:
         self.query = query
+        self.ranges = ranges
         self.now = now
         self.lookback = lookback
         self.poll_interval = poll_interval
         self.synthetic = synthetic or {}
         self._cache: dict[int, Vector | float] = {}
         self._fresh_cache: dict[tuple[int, float], Vector] = {}
+        self._group_keys: dict[tuple[Labels, tuple[str, ...], bool], Labels] = {}
 
     # ------------------------------------------------------------------------------ entry points
     def vector(self, node: Node) -> Vector:
@@ -138,7 +156,7 @@ class Evaluation:
         if isinstance(node, Call):
             return self._call(node)
         if isinstance(node, Aggregate):
-            return _aggregate(node, self.vector(node.expr))
+            return _aggregate(node, self.vector(node.expr), self._group_keys)
         if isinstance(node, Unary):
             inner = self.value(node.expr)
             if isinstance(inner, dict):
@@ -177,8 +195,13 @@ class Evaluation:
             if rng.selector.metric in self.synthetic:
                 raise EvalError(f"{rng.selector.metric} can only be read as an instant value")
             fn: WindowFn = RANGE_FUNCTIONS[func]  # type: ignore[assignment]
+            sel = rng.selector
+            if self.ranges is not None:
+                return self.ranges.window(
+                    self.query, fn, sel.metric, sel.matchers, window=rng.range_s, now=self.now
+                )
             found = self.query.window(
-                fn, rng.selector.metric, rng.selector.matchers, window=rng.range_s, now=self.now
+                fn, sel.metric, sel.matchers, window=rng.range_s, now=self.now
             )
             return {key.labels: value for key, value in found.items()}
         if func == "abs":
@@ -383,14 +406,21 @@ def _set_op(op: str, lhs: Vector, rhs: Vector, sig: Callable[[Labels], Labels]) 
     return {labels: v for labels, v in lhs.items() if (sig(labels) in right_sigs) == keep}
 
 
-def _aggregate(node: Aggregate, vec: Vector) -> Vector:
+def _aggregate(
+    node: Aggregate, vec: Vector, memo: dict[tuple[Labels, tuple[str, ...], bool], Labels]
+) -> Vector:
     names = frozenset(node.grouping)
     groups: dict[Labels, list[float]] = {}
+    grouping, without = node.grouping, node.without
     for labels, v in vec.items():
-        if node.without:
-            key = tuple(p for p in labels if p[0] not in names)
-        else:
-            key = tuple(p for p in labels if p[0] in names)
+        memo_key = (labels, grouping, without)
+        key = memo.get(memo_key)
+        if key is None:
+            if without:
+                key = tuple(p for p in labels if p[0] not in names)
+            else:
+                key = tuple(p for p in labels if p[0] in names)
+            memo[memo_key] = key
         groups.setdefault(key, []).append(v)
     op = node.op
     out: Vector = {}

@@ -279,6 +279,11 @@ class OutboxStore:
             )
         )
 
+    def forget_integration(self, conn: Connection, integration: str) -> None:
+        """Drop every notification-log entry of one integration."""
+        conn.execute(delete(group_log_table).where(group_log_table.c.integration == integration))
+        conn.execute(delete(alert_log_table).where(alert_log_table.c.integration == integration))
+
     def load_alert_log(self) -> dict[tuple[str, str], AlertLogEntry]:
         t = alert_log_table
         with self.db.engine.connect() as conn:
@@ -418,6 +423,24 @@ class OutboxStore:
                     sending_since=None,
                 )
             )
+
+    def fail_unknown(self, known: set[str], now: float) -> dict[str, int]:
+        """Mark pending entries of integrations not in ``known`` failed; count them by id."""
+        t = outbox_table
+        stats = self.pending_stats()
+        unknown = {i: n for i, (n, _) in stats.items() if i not in known}
+        if unknown:
+            with self.db.begin() as conn:
+                conn.execute(
+                    update(t)
+                    .where(and_(t.c.status == PENDING, t.c.integration.in_(list(unknown))))
+                    .values(
+                        status=FAILED,
+                        finished_at=now,
+                        last_error="integration removed from the configuration",
+                    )
+                )
+        return unknown
 
     def pending_stats(self) -> dict[str, tuple[int, float]]:
         """Per integration: pending entries and the creation time of the oldest."""

@@ -150,3 +150,15 @@ def test_matcher_api_form_and_errors() -> None:
     for bad in ("gpu", "=3", 'gpu="3', 'gpu=~"("'):
         with pytest.raises(ValueError):
             parse_matcher(bad)
+
+
+def test_the_documented_example_is_valid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "alerting.md").read_text()
+    example = doc.split("```yaml\n", 1)[1].split("```", 1)[0]
+    for name in ("pagerduty.key", "webhook.url"):
+        (tmp_path / name).write_text("https://example.invalid/x" if "url" in name else "k" * 32)
+        example = example.replace(f"/etc/fleetd/{name}", str(tmp_path / name))
+    monkeypatch.setenv("SLACK_WEBHOOK_URL", "https://hooks.slack.com/services/T/B/X")
+    cfg = load_config(write(tmp_path, example)).alerting
+    assert [r.name for r in cfg.receivers] == ["oncall", "chat", "am", "hook", "console"]
+    assert len(cfg.inhibit_rules) == 2

@@ -171,3 +171,56 @@ def test_interrupted_send_is_resumed(
     assert entry.status == "delivered" and entry.attempts == 3
     assert "notify_resumed_interrupted_send" in captured_logs.getvalue()
     db2.dispose()
+
+
+def test_reload_after_fixing_a_receiver_and_after_removing_one(
+    sqlite_db: Database, clock: FakeClock, httpserver: HTTPServer
+) -> None:
+    broken = Recorder((404, "no_service", {}))
+    fixed = Recorder((200, "", {}))
+    flaky = Recorder((503, "down", {}))
+    httpserver.expect_request("/broken").respond_with_handler(broken)
+    httpserver.expect_request("/fixed").respond_with_handler(fixed)
+    httpserver.expect_request("/flaky").respond_with_handler(flaky)
+    stream = io.StringIO()
+
+    def make(*paths: str) -> Any:
+        hooks = [{"url": httpserver.url_for(p)} for p in paths]
+        return config(
+            {
+                "receivers": [{"name": "ops", "console": [{}], "webhook": hooks}],
+                "route": {"receiver": "ops", "group_wait": "0s", "group_interval": "1m"},
+                "inhibit_rules": [],
+            }
+        )
+
+    d = Dispatcher(make("/broken"), sqlite_db, node=NODE, now=clock.now(), stream=stream)
+    t0 = clock.now()
+    d.submit([fire("GpuHot", at=t0)], t0)
+    d.tick(t0)
+    assert len(broken.seen) == 1  # rejected: a configuration error
+    printed = len(stream.getvalue().splitlines())
+
+    # the operator fixes the URL and reloads: the receiver learns the current state
+    d.reload(make("/fixed"), t0 + 30)
+    d.tick(t0 + 30)
+    (body,) = fixed.bodies()
+    assert "GpuHot" in [a["labels"]["alertname"] for a in body["alerts"]]
+    for step in range(31, 200):
+        d.tick(t0 + step)
+    # the next message reports the self-alert resolved (the receiver works again)
+    last = {a["labels"]["alertname"]: a["status"] for a in fixed.bodies()[-1]["alerts"]}
+    assert last == {"GpuHot": "firing", "FleetdNotificationsRejected": "resolved"}
+    # the console saw GpuHot once, and the self-alert fire and resolve
+    lines = stream.getvalue().splitlines()
+    assert sum("GpuHot" in line for line in lines) == 1
+    assert printed == 1 and any("RESOLVED" in line for line in lines)
+
+    # a second webhook is down with a notification pending, then removed from the config
+    d.reload(make("/fixed", "/flaky"), t0 + 200)
+    d.tick(t0 + 200)
+    assert d.status(t0 + 200)["outbox_pending"] == 1
+    d.reload(make("/fixed"), t0 + 210)
+    assert d.status(t0 + 210)["outbox_pending"] == 0
+    (dropped,) = [e for e in OutboxStore(sqlite_db).entries() if e.integration == "ops/webhook/1"]
+    assert dropped.status == "failed" and "removed" in (dropped.last_error or "")

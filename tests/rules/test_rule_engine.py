@@ -47,7 +47,9 @@ class Node:
         for gpu, model in ((0, "MI300X"), (1, "MI355X")):
             base = {"gpu": gpu, "uuid": f"U{gpu}"}
             readings.append(Reading("fleetd_gpu_up", make_labels(base), 1.0, now))
-            readings.append(Reading("fleetd_gpu_info", make_labels({**base, "model": model}), 1.0, now))
+            readings.append(
+                Reading("fleetd_gpu_info", make_labels({**base, "model": model}), 1.0, now)
+            )
             if self.present[gpu]:
                 readings.append(Reading("temp", make_labels(base), self.temps[gpu], now))
         self.window.append(readings)
@@ -95,14 +97,23 @@ def test_alerts_carry_full_labels_annotations_and_plan(tmp_path: Path, node: Nod
     run(engine, node, 5)
     (alert,) = engine.alerts()
     assert dict(alert.labels) == {
-        "alertname": "Hot", "severity": "critical", "team": "gpu", "node": "n1", "gpu": "1", "uuid": "U1"
+        "alertname": "Hot",
+        "severity": "critical",
+        "team": "gpu",
+        "node": "n1",
+        "gpu": "1",
+        "uuid": "U1",
     }
     assert dict(alert.annotations) == {"summary": "GPU 1 at 99"}
     assert alert.remediation_plan == "reset" and alert.value == 99.0
 
 
 def test_a_failing_rule_is_rule_health_never_a_page(tmp_path: Path, node: Node) -> None:
-    broken = "  - name: Broken\n    expr: temp - on(uuid) (fleetd_gpu_up or fleetd_gpu_info)\n    severity: critical\n"
+    broken = (
+        "  - name: Broken\n"
+        "    expr: temp - on(uuid) (fleetd_gpu_up or fleetd_gpu_info)\n"
+        "    severity: critical\n"
+    )
     engine = engine_for(tmp_path, HOT + broken)
     node.temps[0] = 99.0
     transitions = run(engine, node, 5)
@@ -150,13 +161,18 @@ class TestReload:
         node.temps[0] = 99.0
         run(engine, node, 5)
         edited = tmp_path / "edited.yaml"
-        edited.write_text(HOT.replace("for: 20s", "for: 1m") + "  - name: Other\n    expr: temp > 200\n    severity: info\n")
+        edited.write_text(
+            HOT.replace("for: 20s", "for: 1m")
+            + "  - name: Other\n    expr: temp > 200\n    severity: info\n"
+        )
         status = engine.try_reload(lambda: load_rule_set([edited]))
         assert status.last_ok and status.successes == 1
         assert run(engine, node, 3) == []  # still firing, no second page
         assert states(engine) == {"0": F}
 
-    def test_a_removed_rule_resolves_its_alerts_instead_of_forgetting_them(self, tmp_path: Path, node: Node) -> None:
+    def test_a_removed_rule_resolves_its_alerts_instead_of_forgetting_them(
+        self, tmp_path: Path, node: Node
+    ) -> None:
         engine = engine_for(tmp_path, HOT)
         node.temps[0] = 99.0
         run(engine, node, 5)
@@ -169,7 +185,9 @@ class TestReload:
         assert dict(t.alert.annotations)["resolved_reason"] == "rule removed or changed"
         assert engine.alerts() == []
 
-    def test_a_bad_file_is_rejected_and_the_old_rules_keep_running(self, tmp_path: Path, node: Node) -> None:
+    def test_a_bad_file_is_rejected_and_the_old_rules_keep_running(
+        self, tmp_path: Path, node: Node
+    ) -> None:
         engine = engine_for(tmp_path, HOT)
         node.temps[0] = 99.0
         run(engine, node, 5)
@@ -186,7 +204,9 @@ class TestReload:
 class TestRestart:
     """State is saved as it changes and restored on start: no re-page, nothing forgotten."""
 
-    def restart(self, tmp_path: Path, db: Database, node: Node, old: RuleEngine, **settings: float) -> RuleEngine:
+    def restart(
+        self, tmp_path: Path, db: Database, node: Node, old: RuleEngine, **settings: float
+    ) -> RuleEngine:
         AlertStateStore(db).save(old.take_changes())
         new = engine_for(tmp_path, HOT, **settings)
         entries, last = AlertStateStore(db).load()
@@ -197,7 +217,9 @@ class TestRestart:
     def db(self, tmp_path: Path) -> Database:
         return Database.open(sqlite_url(tmp_path / "state.db"))
 
-    def test_restart_while_firing_neither_repages_nor_forgets(self, tmp_path: Path, node: Node, db: Database) -> None:
+    def test_restart_while_firing_neither_repages_nor_forgets(
+        self, tmp_path: Path, node: Node, db: Database
+    ) -> None:
         engine = engine_for(tmp_path, HOT)
         node.temps[0] = 99.0
         run(engine, node, 5)
@@ -210,7 +232,9 @@ class TestRestart:
         node.temps[0] = 70.0
         assert run(engine, node, 1) == [("0", F, R)]  # and it is not forgotten
 
-    def test_restart_with_no_data_yet_keeps_a_firing_alert_firing(self, tmp_path: Path, node: Node, db: Database) -> None:
+    def test_restart_with_no_data_yet_keeps_a_firing_alert_firing(
+        self, tmp_path: Path, node: Node, db: Database
+    ) -> None:
         """The in-memory window is empty after a restart: that is not evidence of health."""
         engine = engine_for(tmp_path, HOT)
         node.temps[0] = 99.0
@@ -222,7 +246,9 @@ class TestRestart:
         report = engine.health()
         assert report is not None and report.node.state == HealthState.UNKNOWN
 
-    def test_restart_while_pending_keeps_the_progress(self, tmp_path: Path, node: Node, db: Database) -> None:
+    def test_restart_while_pending_keeps_the_progress(
+        self, tmp_path: Path, node: Node, db: Database
+    ) -> None:
         engine = engine_for(tmp_path, HOT, for_grace_period_s=10.0)
         node.temps[0] = 99.0
         run(engine, node, 2)  # pending since the first poll: 5 s of the 20 s seen
@@ -232,7 +258,9 @@ class TestRestart:
         assert run(engine, node, 2) == []  # 5 + 10 s seen
         assert run(engine, node, 1) == [("0", P, F)]  # 20 s seen
 
-    def test_a_restart_near_the_end_of_for_leaves_a_grace_period(self, tmp_path: Path, node: Node, db: Database) -> None:
+    def test_a_restart_near_the_end_of_for_leaves_a_grace_period(
+        self, tmp_path: Path, node: Node, db: Database
+    ) -> None:
         engine = engine_for(tmp_path, HOT, for_grace_period_s=10.0)
         node.temps[0] = 99.0
         run(engine, node, 4)  # 15 of 20 s seen: 5 s to go, less than the 10 s grace
@@ -240,18 +268,24 @@ class TestRestart:
         assert run(engine, node, 1) == []
         assert run(engine, node, 1) == [("0", P, F)]  # 10 s after the restart
 
-    def test_restart_after_a_long_outage_restarts_pending_alerts(self, tmp_path: Path, node: Node, db: Database) -> None:
+    def test_restart_after_a_long_outage_restarts_pending_alerts(
+        self, tmp_path: Path, node: Node, db: Database
+    ) -> None:
         engine = engine_for(tmp_path, HOT)
         node.temps[0] = 99.0
         run(engine, node, 2)
         node.clock.advance(2 * 3600)
         engine = self.restart(tmp_path, db, node, engine)
         assert engine.alerts() == []
+        AlertStateStore(db).save(engine.take_changes())
+        assert AlertStateStore(db).load()[0] == []  # the stale row is gone for good
         assert run(engine, node, 1) == [("0", AlertState.INACTIVE, P)]
 
 
 @pytest.mark.postgres
-def test_alert_state_round_trips_through_postgresql(tmp_path: Path, node: Node, pg_url: str) -> None:
+def test_alert_state_round_trips_through_postgresql(
+    tmp_path: Path, node: Node, pg_url: str
+) -> None:
     db = Database.open(pg_url)
     try:
         engine = engine_for(tmp_path, HOT)
@@ -269,3 +303,32 @@ def test_alert_state_round_trips_through_postgresql(tmp_path: Path, node: Node, 
         assert entry.alert.state == R
     finally:
         db.dispose()
+
+
+def test_the_api_can_read_while_the_tick_evaluates(tmp_path: Path, node: Node) -> None:
+    """Readers take the engine's lock: no 'dictionary changed size' under concurrency."""
+    import threading
+
+    engine = engine_for(tmp_path, HOT)
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def read() -> None:
+        try:
+            while not done.is_set():
+                engine.alerts()
+                engine.health()
+                engine.rule_statuses()
+        except BaseException as exc:  # pragma: no cover - the failure being tested for
+            errors.append(exc)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for i in range(200):
+            node.temps = {0: 99.0 if i % 7 else 70.0, 1: 99.0 if i % 5 else 70.0}
+            run(engine, node, 1)
+    finally:
+        done.set()
+        reader.join()
+    assert errors == []

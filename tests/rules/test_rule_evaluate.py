@@ -38,7 +38,11 @@ def node(feed) -> None:  # type: ignore[no-untyped-def]
         feed("up", g, [(t, 1.0) for t in range(0, 101, 5)])
         feed("temp", {**g, "sensor": "hotspot"}, [(t, 60.0 + 10 * gpu) for t in range(0, 101, 5)])
         feed("temp", {**g, "sensor": "hbm"}, [(t, 50.0 + 10 * gpu) for t in range(0, 101, 5)])
-        feed("limit", {**g, "sensor": "hotspot", "limit": "critical"}, [(t, 100.0) for t in range(0, 101, 5)])
+        feed(
+            "limit",
+            {**g, "sensor": "hotspot", "limit": "critical"},
+            [(t, 100.0) for t in range(0, 101, 5)],
+        )
         feed("width", g, [(t, 16.0 - 8 * gpu) for t in range(0, 101, 5)])
         feed("max_width", g, [(t, 16.0) for t in range(0, 101, 5)])
     # a counter that resets at t=50 (a GPU reset): 0,10,...,40, then 0,10,...
@@ -49,13 +53,17 @@ def node(feed) -> None:  # type: ignore[no-untyped-def]
 
 @pytest.mark.usefixtures("node")
 class TestSelection:
-    def test_instant_selector_returns_the_newest_sample_per_series(self, window: MemoryWindow) -> None:
+    def test_instant_selector_returns_the_newest_sample_per_series(
+        self, window: MemoryWindow
+    ) -> None:
         assert vec(window, 'temp{sensor="hotspot"}') == {
             lab(gpu=0, uuid="U0", sensor="hotspot"): 60.0,
             lab(gpu=1, uuid="U1", sensor="hotspot"): 70.0,
         }
 
-    def test_series_older_than_the_lookback_are_stale_and_vanish(self, window: MemoryWindow) -> None:
+    def test_series_older_than_the_lookback_are_stale_and_vanish(
+        self, window: MemoryWindow
+    ) -> None:
         """The last sample is at 100 s; with a 17.5 s lookback it is gone at 118 s."""
         assert len(vec(window, "up", at=117.0)) == 2
         assert vec(window, "up", at=118.0) == {}
@@ -65,10 +73,15 @@ class TestSelection:
         got = vec(window, "increase(errors[50s])")
         # samples in (50,100]: t=55..95 → 10..90 step 10, t=100 → 0 (a reset counts as +0)
         assert got == {lab(gpu=0, uuid="U0"): 80.0}
-        assert vec(window, "changes(up[1m])") == {lab(gpu=0, uuid="U0"): 0.0, lab(gpu=1, uuid="U1"): 0.0}
+        assert vec(window, "changes(up[1m])") == {
+            lab(gpu=0, uuid="U0"): 0.0,
+            lab(gpu=1, uuid="U1"): 0.0,
+        }
 
     def test_selector_matchers(self, window: MemoryWindow) -> None:
-        assert set(vec(window, 'temp{sensor=~"hot.*", gpu!="1"}')) == {lab(gpu=0, uuid="U0", sensor="hotspot")}
+        assert set(vec(window, 'temp{sensor=~"hot.*", gpu!="1"}')) == {
+            lab(gpu=0, uuid="U0", sensor="hotspot")
+        }
 
 
 @pytest.mark.usefixtures("node")
@@ -78,8 +91,12 @@ class TestArithmeticAndMatching:
             lab(gpu=0, uuid="U0", sensor="hotspot"): 20.0,
             lab(gpu=1, uuid="U1", sensor="hotspot"): 40.0,
         }
-        assert vec(window, 'temp{sensor="hotspot"} > 65') == {lab(gpu=1, uuid="U1", sensor="hotspot"): 70.0}
-        assert vec(window, '65 < temp{sensor="hotspot"}') == {lab(gpu=1, uuid="U1", sensor="hotspot"): 70.0}
+        assert vec(window, 'temp{sensor="hotspot"} > 65') == {
+            lab(gpu=1, uuid="U1", sensor="hotspot"): 70.0
+        }
+        assert vec(window, '65 < temp{sensor="hotspot"}') == {
+            lab(gpu=1, uuid="U1", sensor="hotspot"): 70.0
+        }
         assert vec(window, 'temp{sensor="hotspot"} > bool 65') == {
             lab(gpu=0, uuid="U0", sensor="hotspot"): 0.0,
             lab(gpu=1, uuid="U1", sensor="hotspot"): 1.0,
@@ -139,24 +156,43 @@ class TestArithmeticAndMatching:
 
     def test_aggregations(self, window: MemoryWindow) -> None:
         assert vec(window, "max by (gpu) (temp)") == {lab(gpu=0): 60.0, lab(gpu=1): 70.0}
-        assert vec(window, "sum without (sensor) (temp)") == {lab(gpu=0, uuid="U0"): 110.0, lab(gpu=1, uuid="U1"): 130.0}
+        assert vec(window, "sum without (sensor) (temp)") == {
+            lab(gpu=0, uuid="U0"): 110.0,
+            lab(gpu=1, uuid="U1"): 130.0,
+        }
         assert vec(window, "count(temp)") == {(): 4.0}
         assert vec(window, "avg(temp)") == {(): 60.0}
-        assert vec(window, "min by (sensor) (temp)") == {lab(sensor="hbm"): 50.0, lab(sensor="hotspot"): 60.0}
+        assert vec(window, "min by (sensor) (temp)") == {
+            lab(sensor="hbm"): 50.0,
+            lab(sensor="hotspot"): 60.0,
+        }
 
     def test_functions(self, window: MemoryWindow) -> None:
-        assert vec(window, "clamp_max(width, 10)") == {lab(gpu=0, uuid="U0"): 10.0, lab(gpu=1, uuid="U1"): 8.0}
-        assert vec(window, "clamp_min(width, 10)") == {lab(gpu=0, uuid="U0"): 16.0, lab(gpu=1, uuid="U1"): 10.0}
-        assert vec(window, "abs(width - 20)") == {lab(gpu=0, uuid="U0"): 4.0, lab(gpu=1, uuid="U1"): 12.0}
+        assert vec(window, "clamp_max(width, 10)") == {
+            lab(gpu=0, uuid="U0"): 10.0,
+            lab(gpu=1, uuid="U1"): 8.0,
+        }
+        assert vec(window, "clamp_min(width, 10)") == {
+            lab(gpu=0, uuid="U0"): 16.0,
+            lab(gpu=1, uuid="U1"): 10.0,
+        }
+        assert vec(window, "abs(width - 20)") == {
+            lab(gpu=0, uuid="U0"): 4.0,
+            lab(gpu=1, uuid="U1"): 12.0,
+        }
         assert vec(window, "-width") == {lab(gpu=0, uuid="U0"): -16.0, lab(gpu=1, uuid="U1"): -8.0}
 
-    def test_absent_returns_the_equality_labels_when_nothing_is_fresh(self, window: MemoryWindow) -> None:
+    def test_absent_returns_the_equality_labels_when_nothing_is_fresh(
+        self, window: MemoryWindow
+    ) -> None:
         assert vec(window, 'absent(up{gpu="7", uuid=~"U.*"})') == {lab(gpu=7): 1.0}
         assert vec(window, 'absent(up{gpu="0"})') == {}
 
 
 class TestStale:
-    def test_stale_reports_series_silent_for_n_polls_with_their_age(self, window: MemoryWindow, feed) -> None:  # type: ignore[no-untyped-def]
+    def test_stale_reports_series_silent_for_n_polls_with_their_age(
+        self, window: MemoryWindow, feed
+    ) -> None:  # type: ignore[no-untyped-def]
         feed("power", {"gpu": 0}, [(t, 500.0) for t in range(0, 101, 5)])
         feed("power", {"gpu": 1}, [(t, 500.0) for t in range(0, 61, 5)])
         # poll interval 5 s, 6 polls → stale after 32.5 s without a sample
@@ -217,19 +253,36 @@ class _CountingQuery:
         return self.inner.series(metric, matchers)
 
     def latest(
-        self, metric: str, matchers: Sequence[Matcher] = (), *, now: float, max_age: float | None = None
+        self,
+        metric: str,
+        matchers: Sequence[Matcher] = (),
+        *,
+        now: float,
+        max_age: float | None = None,
     ) -> dict[SeriesKey, Sample]:
         self.calls.append(f"latest:{metric}")
         return self.inner.latest(metric, matchers, now=now, max_age=max_age)
 
     def window(
-        self, fn: WindowFn, metric: str, matchers: Sequence[Matcher] = (), *, window: float, now: float
+        self,
+        fn: WindowFn,
+        metric: str,
+        matchers: Sequence[Matcher] = (),
+        *,
+        window: float,
+        now: float,
     ) -> dict[SeriesKey, float]:
         self.calls.append(f"window:{fn}:{metric}")
         return self.inner.window(fn, metric, matchers, window=window, now=now)
 
     def range(
-        self, metric: str, matchers: Sequence[Matcher] = (), *, start: float, end: float, step: float | None = None
+        self,
+        metric: str,
+        matchers: Sequence[Matcher] = (),
+        *,
+        start: float,
+        end: float,
+        step: float | None = None,
     ) -> dict[SeriesKey, list[Sample]]:
         return self.inner.range(metric, matchers, start=start, end=end, step=step)
 
@@ -238,9 +291,9 @@ class _CountingQuery:
 def test_shared_sub_expressions_are_read_once_per_tick(window: MemoryWindow) -> None:
     interner = Interner()
     rules = [
-        interner.intern(parse('increase(errors[1m]) > 0')),
-        interner.intern(parse('increase(errors[1m]) > 5')),
-        interner.intern(parse('increase(errors[1m]) * 60 > 100 and on(gpu) up')),
+        interner.intern(parse("increase(errors[1m]) > 0")),
+        interner.intern(parse("increase(errors[1m]) > 5")),
+        interner.intern(parse("increase(errors[1m]) * 60 > 100 and on(gpu) up")),
     ]
     counting = _CountingQuery(window)
     e = Evaluation(counting, T0 + 100, lookback=17.5, poll_interval=5.0)
@@ -252,7 +305,11 @@ def test_shared_sub_expressions_are_read_once_per_tick(window: MemoryWindow) -> 
 
 def test_synthetic_metrics_are_served_for_instant_selection_only(window: MemoryWindow) -> None:
     health = {lab(gpu=0, state="healthy"): 1.0, lab(gpu=0, state="unhealthy"): 0.0}
-    e = Evaluation(window, T0, lookback=17.5, poll_interval=5.0, synthetic={"fleetd_gpu_health": health})
-    assert e.vector(parse('fleetd_gpu_health{state="healthy"} == 1')) == {lab(gpu=0, state="healthy"): 1.0}
+    e = Evaluation(
+        window, T0, lookback=17.5, poll_interval=5.0, synthetic={"fleetd_gpu_health": health}
+    )
+    assert e.vector(parse('fleetd_gpu_health{state="healthy"} == 1')) == {
+        lab(gpu=0, state="healthy"): 1.0
+    }
     with pytest.raises(EvalError, match="instant"):
         e.vector(parse("max_over_time(fleetd_gpu_health[5m])"))

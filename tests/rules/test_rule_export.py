@@ -26,7 +26,9 @@ needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool is not in
 
 def promtool(*args: str) -> subprocess.CompletedProcess[str]:
     assert PROMTOOL is not None
-    return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [PROMTOOL, *args], capture_output=True, text=True, timeout=60, check=False
+    )
 
 
 @needs_promtool
@@ -46,7 +48,8 @@ def test_joins_and_groupings_also_match_on_instance(tmp_path: Path) -> None:
     path.write_text(
         "rules:\n"
         "  - name: A\n    expr: count by (gpu) (x == 0) > 1 and on(gpu) y\n    severity: info\n"
-        "  - name: B\n    expr: a - ignoring(limit) b\n    op: '<'\n    threshold: 5\n    severity: info\n"
+        "  - name: B\n    expr: a - ignoring(limit) b\n    op: '<'\n    threshold: 5\n"
+        "    severity: info\n"
     )
     a, b = load_rule_set([path]).rules
     assert prometheus_expr(a) == "count by (gpu, instance) (x == 0) > 1 and on(gpu, instance) y"
@@ -162,7 +165,10 @@ def _to_promtool(test: dict[str, Any], rule_file: str) -> dict[str, Any]:
                         "eval_time": check["eval_time"],
                         "alertname": check["alertname"],
                         "exp_alerts": [
-                            {"exp_labels": a["exp_labels"], "exp_annotations": a.get("exp_annotations", {})}
+                            {
+                                "exp_labels": a["exp_labels"],
+                                "exp_annotations": a.get("exp_annotations", {}),
+                            }
                             for a in check.get("exp_alerts", [])
                         ],
                     }

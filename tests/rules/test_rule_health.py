@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from fleetd.model import Alert, AlertKey, AlertState, HealthState, Sample, SeriesKey, Severity, make_labels
+from fleetd.model import (
+    Alert,
+    AlertKey,
+    AlertState,
+    HealthState,
+    Sample,
+    SeriesKey,
+    Severity,
+    make_labels,
+)
 from fleetd.rules.health import assess, health_vector
 from fleetd.rules.state import AlertEntry
 
@@ -18,7 +27,9 @@ def up(*ages: float | None) -> dict[SeriesKey, Sample | None]:
     return out
 
 
-def firing(rule: str, severity: Severity, gpu: int | None = None, *, no_data: float | None = None) -> AlertEntry:
+def firing(
+    rule: str, severity: Severity, gpu: int | None = None, *, no_data: float | None = None
+) -> AlertEntry:
     labels = make_labels({} if gpu is None else {"gpu": gpu, "uuid": f"U{gpu}"})
     alert = Alert(AlertKey(rule, labels), AlertState.FIRING, severity, labels)
     return AlertEntry(alert, None if no_data is None else NOW - no_data)
@@ -49,7 +60,9 @@ def test_warning_degrades_critical_makes_unhealthy_info_changes_nothing() -> Non
 
 def test_stale_telemetry_is_unknown_even_with_a_critical_alert() -> None:
     """No verdict without data: not unhealthy forever, and never healthy."""
-    report = assess(up(60.0, None), [firing("Broken", Severity.CRITICAL, 0)], NOW, stale_after_s=17.5)
+    report = assess(
+        up(60.0, None), [firing("Broken", Severity.CRITICAL, 0)], NOW, stale_after_s=17.5
+    )
     assert verdicts(report) == [K, K]
     assert report.gpus[0].health.reasons == ("no fresh telemetry for 1m",)
     assert report.gpus[1].health.data_age_s is None
@@ -57,20 +70,32 @@ def test_stale_telemetry_is_unknown_even_with_a_critical_alert() -> None:
 
 
 def test_an_alert_that_lost_its_data_makes_the_gpu_unknown() -> None:
-    alerts = [firing("Hot", Severity.CRITICAL, 0, no_data=90.0), firing("Warm", Severity.WARNING, 0)]
+    alerts = [
+        firing("Hot", Severity.CRITICAL, 0, no_data=90.0),
+        firing("Warm", Severity.WARNING, 0),
+    ]
     report = assess(up(1.0), alerts, NOW, stale_after_s=17.5)
     assert verdicts(report) == [K]
     assert report.gpus[0].health.reasons == ("Hot: no data for 1m30s", "Warm (warning)")
 
 
 def test_a_fresh_critical_outranks_an_unknown_alert() -> None:
-    alerts = [firing("Hot", Severity.CRITICAL, 0, no_data=90.0), firing("Gone", Severity.CRITICAL, 0)]
+    alerts = [
+        firing("Hot", Severity.CRITICAL, 0, no_data=90.0),
+        firing("Gone", Severity.CRITICAL, 0),
+    ]
     assert verdicts(assess(up(1.0), alerts, NOW, stale_after_s=17.5)) == [U]
 
 
 def test_node_rolls_up_worst_first_with_unknown_between_unhealthy_and_degraded() -> None:
-    assert assess(up(1, 1), [firing("W", Severity.WARNING, 0)], NOW, stale_after_s=17.5).node.state == D
-    assert assess(up(1, 60), [firing("W", Severity.WARNING, 0)], NOW, stale_after_s=17.5).node.state == K
+    assert (
+        assess(up(1, 1), [firing("W", Severity.WARNING, 0)], NOW, stale_after_s=17.5).node.state
+        == D
+    )
+    assert (
+        assess(up(1, 60), [firing("W", Severity.WARNING, 0)], NOW, stale_after_s=17.5).node.state
+        == K
+    )
     mixed = [firing("W", Severity.WARNING, 0), firing("C", Severity.CRITICAL, 1)]
     assert assess(up(1, 1, 60), mixed, NOW, stale_after_s=17.5).node.state == U
 

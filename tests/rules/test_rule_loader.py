@@ -61,12 +61,14 @@ BAD_FILES = [
         id="expr-quoted-scalar",
     ),
     pytest.param(
-        "rules:\n  - name: Hot\n    expr: >-\n      limit\n        - ignoring(limit) tmp{a=b}\n    severity: info\n",
+        "rules:\n  - name: Hot\n    expr: >-\n      limit\n        - ignoring(limit) tmp{a=b}\n"
+        "    severity: info\n",
         ["r.yaml:5:33: rules[0].expr: expected a quoted value, found 'b'"],
         id="expr-folded-block",
     ),
     pytest.param(
-        "rules:\n  - name: Hot\n    expr: |\n      temp\n      > on(gpu gpu_max\n    severity: info\n",
+        "rules:\n  - name: Hot\n    expr: |\n      temp\n      > on(gpu gpu_max\n"
+        "    severity: info\n",
         ["r.yaml:5:16: rules[0].expr: expected ',' or ')', found 'gpu_max'"],
         id="expr-literal-block",
     ),
@@ -93,24 +95,34 @@ BAD_FILES = [
         id="op-without-threshold",
     ),
     pytest.param(
-        "rules:\n  - name: Hot\n    expr: temp\n    op: '>'\n    threshold: {MI300X: 90, MI999: 1, default: 80}\n"
+        "rules:\n  - name: Hot\n    expr: temp\n    op: '>'\n"
+        "    threshold: {MI300X: 90, MI999: 1, default: 80}\n"
         "    severity: info\n",
-        ["r.yaml:5:5: rules[0].threshold: unknown product 'MI999': use MI300X, MI325X, MI350X, MI355X or default"],
+        [
+            "r.yaml:5:5: rules[0].threshold: unknown product 'MI999': use MI300X, MI325X, MI350X, "
+            "MI355X or default"
+        ],
         id="unknown-product",
     ),
     pytest.param(
-        "rules:\n  - name: Hot\n    expr: temp\n    op: '>'\n    threshold: {MI300X: 90}\n    severity: info\n",
-        ["r.yaml:5:5: rules[0].threshold: a per-product threshold needs a 'default' for other GPUs"],
+        "rules:\n  - name: Hot\n    expr: temp\n    op: '>'\n    threshold: {MI300X: 90}\n"
+        "    severity: info\n",
+        [
+            "r.yaml:5:5: rules[0].threshold: a per-product threshold needs a 'default' for other "
+            "GPUs"
+        ],
         id="product-without-default",
     ),
     pytest.param(
-        "rules:\n  - name: Hot\n    expr: temp > 1\n    severity: info\n  - name: Hot\n    expr: temp > 2\n"
+        "rules:\n  - name: Hot\n    expr: temp > 1\n    severity: info\n  - name: Hot\n"
+        "    expr: temp > 2\n"
         "    severity: info\n",
         ["r.yaml:5:5: rules[1].name: rule 'Hot' is already defined in rules[0]"],
         id="duplicate-name",
     ),
     pytest.param(
-        "rules:\n  - name: Hot\n    expr: temp > 1\n    severity: info\n    labels: {severity: page}\n",
+        "rules:\n  - name: Hot\n    expr: temp > 1\n    severity: info\n"
+        "    labels: {severity: page}\n",
         ["r.yaml:5:5: rules[0].labels: label 'severity' is set by fleetd and cannot be given here"],
         id="reserved-label",
     ),
@@ -121,12 +133,19 @@ BAD_FILES = [
     ),
     pytest.param(
         "rules:\n  - name: Hot\n    expr: 1 + 1\n    severity: info\n",
-        ["r.yaml:3:11: rules[0].expr: an alert expression must produce series, not a single number"],
+        [
+            "r.yaml:3:11: rules[0].expr: an alert expression must produce series, not a single "
+            "number"
+        ],
         id="scalar-expr",
     ),
     pytest.param(
-        "rules:\n  - name: Hot\n    expr: temp > 1\n    severity: info\n    remediation: {plan: Reset!}\n",
-        ["r.yaml:5:19: rules[0].remediation.plan: String should match pattern '^[a-z][a-z0-9_-]*$'"],
+        "rules:\n  - name: Hot\n    expr: temp > 1\n    severity: info\n"
+        "    remediation: {plan: Reset!}\n",
+        [
+            "r.yaml:5:19: rules[0].remediation.plan: String should match pattern "
+            "'^[a-z][a-z0-9_-]*$'"
+        ],
         id="bad-plan",
     ),
     pytest.param(
@@ -134,13 +153,23 @@ BAD_FILES = [
         ["r.yaml:4:4: invalid YAML: expected <block end>, but found '<block mapping start>'"],
         id="invalid-yaml",
     ),
-    pytest.param("- name: Hot\n", ["r.yaml:1:1: Input should be a valid dictionary or instance of RuleFileModel"], id="not-a-mapping"),
-    pytest.param("rules:\n  - just text\n", ["r.yaml:2:5: rules[0]: Input should be a valid dictionary or instance of RuleModel"], id="rule-not-a-mapping"),
+    pytest.param(
+        "- name: Hot\n",
+        ["r.yaml:1:1: Input should be a valid dictionary or instance of RuleFileModel"],
+        id="not-a-mapping",
+    ),
+    pytest.param(
+        "rules:\n  - just text\n",
+        ["r.yaml:2:5: rules[0]: Input should be a valid dictionary or instance of RuleModel"],
+        id="rule-not-a-mapping",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("text", "expected"), BAD_FILES)
-def test_each_error_names_file_line_and_column(tmp_path: Path, text: str, expected: list[str]) -> None:
+def test_each_error_names_file_line_and_column(
+    tmp_path: Path, text: str, expected: list[str]
+) -> None:
     assert problems_of(tmp_path, text) == expected
 
 
@@ -149,8 +178,8 @@ def test_every_problem_in_a_file_is_reported_at_once(tmp_path: Path) -> None:
         "rules:\n"
         "  - name: A\n    expr: x >\n    severity: info\n"
         "  - name: B\n    expr: y > 1\n    severity: never\n"
-        "  - name: C\n    expr: z > 1\n    severity: info\n    annotations: {summary: '{{ nope }}'}\n"
-        + GOOD_RULE
+        "  - name: C\n    expr: z > 1\n    severity: info\n"
+        "    annotations: {summary: '{{ nope }}'}\n" + GOOD_RULE
     )
     found = problems_of(tmp_path, text)
     assert [p.split(": ")[0] for p in found] == ["r.yaml:3:14", "r.yaml:7:5", "r.yaml:11:32"]
@@ -162,7 +191,7 @@ def test_a_good_file_compiles_every_field(tmp_path: Path) -> None:
         "rules:\n"
         "  - name: HbmHot\n"
         "    rationale: HBM errors climb when hot.\n"
-        "    expr: temp{sensor=\"hbm\"}\n"
+        '    expr: temp{sensor="hbm"}\n'
         "    op: '>='\n"
         "    threshold: {MI300X: 90, default: 95}\n"
         "    clear: {MI300X: 85, default: 90}\n"
@@ -200,10 +229,20 @@ class TestRuleSets:
 
     def test_local_rules_override_by_name_and_can_disable(self, tmp_path: Path) -> None:
         shipped = tmp_path / "shipped"
-        self.write(shipped, "a.yaml", "rules:\n" + GOOD_RULE + "  - name: Cold\n    expr: temp < 10\n    severity: info\n")
-        self.write(shipped, "b.yaml", "rules:\n  - name: Loud\n    expr: fan > 9000\n    severity: info\n")
+        self.write(
+            shipped,
+            "a.yaml",
+            "rules:\n" + GOOD_RULE + "  - name: Cold\n    expr: temp < 10\n    severity: info\n",
+        )
+        self.write(
+            shipped, "b.yaml", "rules:\n  - name: Loud\n    expr: fan > 9000\n    severity: info\n"
+        )
         local = tmp_path / "local"
-        self.write(local, "site.yaml", "rules:\n  - name: Hot\n    expr: temp > 80\n    severity: critical\ndisable: [Loud]\n")
+        self.write(
+            local,
+            "site.yaml",
+            "rules:\n  - name: Hot\n    expr: temp > 80\n    severity: critical\ndisable: [Loud]\n",
+        )
         rules = load_rule_set([shipped], [local])
         assert [r.name for r in rules.rules] == ["Hot", "Cold"]
         hot = rules.get("Hot")
@@ -217,14 +256,18 @@ class TestRuleSets:
         with pytest.raises(ConfigError) as info:
             load_rule_set([shipped])
         (problem,) = info.value.problems
-        assert str(problem).startswith(f"{shipped / 'b.yaml'}:2: name: rule 'Hot' is already defined at {shipped / 'a.yaml'}:2")
+        assert str(problem).startswith(
+            f"{shipped / 'b.yaml'}:2: name: rule 'Hot' is already defined at {shipped / 'a.yaml'}:2"
+        )
 
     def test_disabling_an_unknown_rule_is_an_error(self, tmp_path: Path) -> None:
         local = self.write(tmp_path, "site.yaml", "disable:\n  - Hot\n  - Hott\n")
         shipped = self.write(tmp_path / "s", "a.yaml", "rules:\n" + GOOD_RULE)
         with pytest.raises(ConfigError) as info:
             load_rule_set([shipped], [local])
-        assert [str(p) for p in info.value.problems] == [f"{local}:3:5: disable[1]: no rule named 'Hott' to disable"]
+        assert [str(p) for p in info.value.problems] == [
+            f"{local}:3:5: disable[1]: no rule named 'Hott' to disable"
+        ]
 
     def test_problems_in_several_files_are_all_reported(self, tmp_path: Path) -> None:
         a = self.write(tmp_path, "a.yaml", "rules:\n  - name: A\n    expr: (\n    severity: info\n")

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fleetd.query import Matcher
-from fleetd.rules.ast import Binary, Call, Card, Node, Number, RangeSelector, Selector
+from fleetd.rules.ast import Binary, Call, Card, RangeSelector, Selector
 from fleetd.rules.lexer import MAX_EXPR_LENGTH, ExprError
 from fleetd.rules.parser import MAX_DEPTH, parse, parse_rule_expr
 from fleetd.rules.render import render
@@ -53,7 +53,7 @@ def test_valid_expressions_round_trip_through_render(text: str) -> None:
 
 
 def test_precedence_follows_promql() -> None:
-    """``and`` binds tighter than ``or``; comparison tighter than ``and``; ``*`` tighter than ``+``."""
+    """``and`` binds tighter than ``or``, comparison than ``and``, ``*`` than ``+``."""
     tree = parse("a > 1 and b or c + d * e")
     assert isinstance(tree, Binary) and tree.op == "or"
     assert isinstance(tree.lhs, Binary) and tree.lhs.op == "and"

@@ -11,11 +11,13 @@ from fleetd.model import Alert, AlertKey, AlertState, Severity, make_labels
 from fleetd.rules.state import AlertEntry, Observation, Timing, restore, step
 
 KEY = AlertKey("GpuHot", make_labels({"gpu": "3"}))
-P, F, R, I = AlertState.PENDING, AlertState.FIRING, AlertState.RESOLVED, AlertState.INACTIVE
+P, F, R, I = AlertState.PENDING, AlertState.FIRING, AlertState.RESOLVED, AlertState.INACTIVE  # noqa: E741
 
 
 def current(value: float = 99.0) -> Alert:
-    return Alert(KEY, I, Severity.WARNING, make_labels({"alertname": "GpuHot", "gpu": "3"}), value=value)
+    return Alert(
+        KEY, I, Severity.WARNING, make_labels({"alertname": "GpuHot", "gpu": "3"}), value=value
+    )
 
 
 class Machine:
@@ -27,7 +29,9 @@ class Machine:
         self.entry: AlertEntry | None = None
         self.transitions: list[tuple[AlertState, AlertState, float]] = []
 
-    def tick(self, matched: bool | None, *, advance: float = 10.0, value: float = 99.0) -> AlertState:
+    def tick(
+        self, matched: bool | None, *, advance: float = 10.0, value: float = 99.0
+    ) -> AlertState:
         now = self.clock.advance(advance)
         seen = Observation(matched, current(value) if matched else None)
         result = step(self.timing, self.entry, seen, now)
@@ -109,7 +113,9 @@ def test_keep_firing_for_boundary_is_exact(clock: FakeClock) -> None:
     assert m.transitions[-1] == (F, R, 40.0)
 
 
-def test_resolved_alerts_are_kept_for_the_retention_then_forgotten_quietly(clock: FakeClock) -> None:
+def test_resolved_alerts_are_kept_for_the_retention_then_forgotten_quietly(
+    clock: FakeClock,
+) -> None:
     m = Machine(Timing(resolved_retention_s=60.0), clock)
     m.tick(True)
     m.tick(False)  # resolved at 20
@@ -245,7 +251,11 @@ class TestRestore:
 
     def test_resolved_alerts_keep_what_is_left_of_their_retention(self) -> None:
         recent = self.entry(R, resolved_at=START + 100)
-        old = AlertEntry(replace(recent.alert, key=AlertKey("GpuHot", make_labels({"gpu": "4"})), resolved_at=START))
+        old = AlertEntry(
+            replace(
+                recent.alert, key=AlertKey("GpuHot", make_labels({"gpu": "4"})), resolved_at=START
+            )
+        )
         kept = restore(
             [recent, old],
             last_eval_at=START + 100,
@@ -259,7 +269,9 @@ class TestRestore:
 
     def test_alerts_of_removed_rules_are_dropped_unless_firing(self) -> None:
         firing = self.entry(F, active_at=START, fired_at=START)
-        pending = AlertEntry(replace(firing.alert, state=P, key=AlertKey("GpuHot", make_labels({"gpu": "5"}))))
+        pending = AlertEntry(
+            replace(firing.alert, state=P, key=AlertKey("GpuHot", make_labels({"gpu": "5"})))
+        )
         kept = restore(
             [firing, pending],
             last_eval_at=START,
