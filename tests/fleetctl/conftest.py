@@ -21,6 +21,14 @@ SLOW_DELAY = 30.0  # the slow agent answers after this; fleetctl's timeout is fa
 TIMEOUT = 0.5
 
 
+def run_fleetctl(*args: str, env: dict[str, str] | None = None) -> tuple[Result, float]:
+    """Run fleetctl in-process; returns the result and its wall time."""
+    started = time.monotonic()
+    merged = {"NO_COLOR": "1", "FLEETCTL_TIMEOUT": str(TIMEOUT), **(env or {})}
+    result = CliRunner().invoke(main, list(args), env=merged, catch_exceptions=False)
+    return result, time.monotonic() - started
+
+
 def dead_address() -> str:
     """A loopback port nothing listens on (connection refused)."""
     with socket.socket() as s:
@@ -40,11 +48,8 @@ class Fleet:
     env: dict[str, str] = field(default_factory=dict)
 
     def run(self, *args: str, env: dict[str, str] | None = None) -> tuple[Result, float]:
-        """Run fleetctl in-process; returns the result and its wall time."""
-        started = time.monotonic()
-        merged = {**self.env, **(env or {})}
-        result = CliRunner().invoke(main, list(args), env=merged, catch_exceptions=False)
-        return result, time.monotonic() - started
+        """Run fleetctl in-process with this fleet's inventory and token."""
+        return run_fleetctl(*args, env={**self.env, **(env or {})})
 
     def stop(self) -> None:
         for agent in self.agents:
