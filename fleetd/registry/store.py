@@ -106,9 +106,15 @@ class RegistryPublisher:
             REGISTRY_METADATA.create_all(self._engine, checkfirst=True)
         except SQLAlchemyError as exc:
             # two agents creating the table at once: the loser finds it there
-            if not inspect(self._engine).has_table(nodes_table.name):
+            if not self._has_table():
                 raise RegistryError(f"cannot create the registry table: {_describe(exc)}") from None
         self._ready = True
+
+    def _has_table(self) -> bool:
+        try:
+            return inspect(self._engine).has_table(nodes_table.name)
+        except SQLAlchemyError:
+            return False
 
     def publish(self, status: Mapping[str, Any], now: float) -> NodeSummary:
         """Upsert the row of the node ``status`` describes, as of ``now``; returns the row."""
