@@ -27,9 +27,14 @@ from fleetd.cli.fleetctl_context import (
 )
 from fleetd.cli.fleetctl_http import Reply, Target, fan_out, request
 from fleetd.cli.fleetctl_render import Cell, Column, age, clock, number, render_table
-from fleetd.configbase import parse_duration
 
 API = "/api/v1"
+
+
+def parse_duration(text: str) -> float:
+    from fleetd.configbase import parse_duration as parse  # pydantic: only when needed
+
+    return parse(text)
 
 
 def _fleet(kwargs: dict[str, Any]) -> Fleet:

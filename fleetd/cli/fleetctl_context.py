@@ -103,7 +103,7 @@ class Fleet:
             except ConfigError as exc:
                 raise Fail(str(exc), EXIT_UNREACHABLE) from None
         if self.db is not None:
-            from fleetd.registry.store import RegistryError, RegistryReader
+            from fleetd.registry.reader import RegistryError, RegistryReader
 
             reader = RegistryReader(self.db, timeout=self.timeout)
             try:

@@ -18,10 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from fleetd.cli.fleetctl_http import Target
-from fleetd.config import DEFAULT_HTTP_PORT
-from fleetd.configbase import load_yaml, mark_for
 from fleetd.errors import ConfigError, Problem
 
+DEFAULT_AGENT_PORT = 9477  # fleetd.config.DEFAULT_HTTP_PORT, without importing the daemon's config
 MAX_EXPANSION = 100_000
 _RANGE = re.compile(r"\[([^\]]*)\]")
 _HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$")
@@ -73,7 +72,7 @@ def targets_from_address(address: str, name: str | None = None) -> list[Target]:
     if match is None:
         raise ValueError(f"{address!r} is not host, host:port or http(s)://host:port")
     scheme = match.group("scheme") or "http"
-    port = int(match.group("port") or DEFAULT_HTTP_PORT)
+    port = int(match.group("port") or DEFAULT_AGENT_PORT)
     if not 0 < port < 65536:
         raise ValueError(f"port {port} out of range in {address!r}")
     hosts = expand_hosts(match.group("host"))
@@ -89,6 +88,8 @@ def targets_from_address(address: str, name: str | None = None) -> list[Target]:
 
 def parse_inventory(data: Any, marks: dict[Any, tuple[int, int]], filename: str) -> list[Target]:
     """Targets from parsed YAML; ConfigError listing every problem with its line."""
+    from fleetd.configbase import mark_for
+
     problems: list[Problem] = []
     if not isinstance(data, list):
         line, col = mark_for(marks, ())
@@ -131,6 +132,8 @@ def parse_inventory(data: Any, marks: dict[Any, tuple[int, int]], filename: str)
 
 
 def load_inventory(path: str | Path) -> list[Target]:
+    from fleetd.configbase import load_yaml  # pydantic and YAML: only when a file is read
+
     filename = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")

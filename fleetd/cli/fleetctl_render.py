@@ -64,16 +64,21 @@ def render_table(
             if len(cell.text) > widths[i]:
                 widths[i] = len(cell.text)
     last = len(columns) - 1
+    pads = [
+        (str.rjust if c.align == "right" else str.ljust, widths[i]) for i, c in enumerate(columns)
+    ]
+    colour = painter.colour
 
     def line(cells: Sequence[Cell], header: bool = False) -> str:
         out = []
         for i, cell in enumerate(cells):
             text = cell.text
             if i < last:
-                text = (
-                    text.rjust(widths[i]) if columns[i].align == "right" else text.ljust(widths[i])
-                )
-            out.append(painter.paint(text, "bold" if header else cell.style))
+                pad, width = pads[i]
+                text = pad(text, width)
+            if colour:
+                text = painter.paint(text, "bold" if header else cell.style)
+            out.append(text)
         return "  ".join(out).rstrip()
 
     lines = [line([Cell(c.title) for c in columns], header=True)]

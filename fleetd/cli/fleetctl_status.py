@@ -98,7 +98,7 @@ def rows_from_agents(fleet: Fleet) -> list[FleetRow]:
 
 
 def rows_from_registry(fleet: Fleet, now: float) -> tuple[list[FleetRow], list[str]]:
-    from fleetd.registry.store import RegistryError, RegistryReader
+    from fleetd.registry.reader import RegistryError, RegistryReader
 
     assert fleet.db is not None
     reader = RegistryReader(fleet.db, timeout=fleet.timeout)

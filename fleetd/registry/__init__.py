@@ -1,21 +1,7 @@
 """The fleet registry: agents publish their status row to a shared PostgreSQL, fleetctl reads
-the whole fleet from it in one query."""
+the whole fleet from it in one query.
 
-from fleetd.registry.store import (
-    FleetLimits,
-    RegistryError,
-    RegistryNode,
-    RegistryPublisher,
-    RegistryReader,
-)
-from fleetd.registry.summary import NodeSummary, summarize
-
-__all__ = [
-    "FleetLimits",
-    "NodeSummary",
-    "RegistryError",
-    "RegistryNode",
-    "RegistryPublisher",
-    "RegistryReader",
-    "summarize",
-]
+``fleetd.registry.store`` (RegistryPublisher, RegistryReader) needs SQLAlchemy;
+``fleetd.registry.summary`` (NodeSummary, summarize) does not — fleetctl's fan-out path
+imports only the latter.
+"""

@@ -1,11 +1,10 @@
 """The fleet registry in PostgreSQL: one row per node, upserted by each agent's heartbeat.
 
-Agents write (``RegistryPublisher.publish``), fleetctl reads (``RegistryReader.fleet``): the
-whole fleet is one indexed scan of one table, so 10,000 nodes answer in well under a second
-without contacting any of them. A node's row carries the time of its heartbeat on the
-agent's clock; a reader judges staleness against its own ``now`` (fleet clocks are kept by
-NTP). The fleet-wide remediation cap and circuit breaker live in the same database, in the
-tables ``fleetd.remedy.lease`` creates; the reader shows them when they are there.
+Agents write (``RegistryPublisher.publish``, here); fleetctl reads
+(``fleetd.registry.reader.RegistryReader``): the whole fleet is one scan of one table, so
+10,000 nodes answer in well under a second without contacting any of them. A node's row
+carries the time of its heartbeat on the agent's clock; a reader judges staleness against its
+own ``now`` (fleet clocks are kept by NTP).
 
 The registry has its own MetaData: it is a shared database, not a node's local store.
 """
@@ -14,7 +13,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
@@ -29,16 +27,13 @@ from sqlalchemy import (
     Table,
     Text,
     create_engine,
-    func,
     inspect,
-    select,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
-from fleetd.errors import FleetdError
+from fleetd.registry.reader import RegistryError, describe_error
 from fleetd.registry.summary import NodeSummary, summarize
-from fleetd.store.journal import breaker_table, leases_table
 
 REGISTRY_METADATA = MetaData()
 
@@ -65,10 +60,6 @@ nodes_table = Table(
 )
 
 
-class RegistryError(FleetdError):
-    """The fleet registry could not be reached or written."""
-
-
 def _engine(url: str, timeout: float) -> Engine:
     if url.startswith("postgresql"):
         return create_engine(
@@ -79,12 +70,6 @@ def _engine(url: str, timeout: float) -> Engine:
             connect_args={"connect_timeout": max(1, round(timeout))},
         )
     return create_engine(url)
-
-
-def _describe(exc: BaseException) -> str:
-    """A short reason without the URL (which may hold a password)."""
-    text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
 
 
 class RegistryPublisher:
@@ -107,7 +92,9 @@ class RegistryPublisher:
         except SQLAlchemyError as exc:
             # two agents creating the table at once: the loser finds it there
             if not self._has_table():
-                raise RegistryError(f"cannot create the registry table: {_describe(exc)}") from None
+                raise RegistryError(
+                    f"cannot create the registry table: {describe_error(exc)}"
+                ) from None
         self._ready = True
 
     def _has_table(self) -> bool:
@@ -132,7 +119,7 @@ class RegistryPublisher:
             with self._engine.begin() as conn:
                 conn.execute(stmt)
         except SQLAlchemyError as exc:
-            raise RegistryError(f"cannot publish to the registry: {_describe(exc)}") from None
+            raise RegistryError(f"cannot publish to the registry: {describe_error(exc)}") from None
         return summarize(status)
 
     def forget(self, node: str) -> None:
@@ -150,92 +137,3 @@ def summary_row(summary: NodeSummary, now: float, address: str | None) -> dict[s
     row["heartbeat_at"] = now
     row["address"] = address
     return row
-
-
-@dataclass(frozen=True, slots=True)
-class RegistryNode:
-    """A node as the registry last heard of it."""
-
-    summary: NodeSummary
-    address: str | None
-    heartbeat_at: float
-    heartbeat_age_s: float
-    stale: bool
-
-
-@dataclass(frozen=True, slots=True)
-class FleetLimits:
-    """The fleet-wide remediation limits' state (from ``fleetd.remedy.lease``'s tables)."""
-
-    gpus_out_of_service: int
-    breaker_tripped: bool
-    breaker_reason: str | None
-
-
-class RegistryReader:
-    """What fleetctl reads from the registry."""
-
-    def __init__(self, url: str, *, timeout: float = 5.0) -> None:
-        self._engine = _engine(url, timeout)
-
-    def fleet(self, now: float, *, stale_after: float) -> list[RegistryNode]:
-        """Every node, by name, from one query; stale when its heartbeat is too old."""
-        t = nodes_table
-        try:
-            with self._engine.connect() as conn:
-                rows = conn.execute(select(t).order_by(t.c.node)).all()
-        except SQLAlchemyError as exc:
-            raise RegistryError(f"cannot read the registry: {_describe(exc)}") from None
-        out = []
-        for r in rows:
-            age = max(0.0, now - r.heartbeat_at)
-            summary = NodeSummary(
-                node=r.node,
-                health=r.health,
-                gpus_total=r.gpus_total,
-                gpus_healthy=r.gpus_healthy,
-                hottest_junction_c=r.hottest_junction_c,
-                power_w=r.power_w,
-                alerts_critical=r.alerts_critical,
-                alerts_warning=r.alerts_warning,
-                alerts_info=r.alerts_info,
-                remediation=r.remediation,
-                remediation_active=r.remediation_active,
-                data_age_s=r.data_age_s,
-                reasons=tuple(json.loads(r.reasons)),
-                version=r.version,
-            )
-            out.append(RegistryNode(summary, r.address, r.heartbeat_at, age, age > stale_after))
-        return out
-
-    def address_of(self, node: str) -> str | None:
-        """The API address the node published, or None when the registry does not know it."""
-        t = nodes_table
-        try:
-            with self._engine.connect() as conn:
-                return conn.execute(select(t.c.address).where(t.c.node == node)).scalar()
-        except SQLAlchemyError as exc:
-            raise RegistryError(f"cannot read the registry: {_describe(exc)}") from None
-
-    def limits(self) -> FleetLimits | None:
-        """The fleet-wide cap and breaker, or None when remediation never used this database."""
-        try:
-            names = set(inspect(self._engine).get_table_names())
-            if not {leases_table.name, breaker_table.name} <= names:
-                return None
-            with self._engine.connect() as conn:
-                out = conn.execute(select(func.coalesce(func.sum(leases_table.c.gpus), 0))).scalar()
-                breaker = conn.execute(
-                    select(breaker_table.c.tripped, breaker_table.c.reason).where(
-                        breaker_table.c.scope == "fleet"
-                    )
-                ).first()
-        except SQLAlchemyError as exc:
-            raise RegistryError(f"cannot read the registry: {_describe(exc)}") from None
-        tripped = bool(breaker[0]) if breaker is not None else False
-        return FleetLimits(
-            int(out or 0), tripped, breaker[1] if breaker is not None and tripped else None
-        )
-
-    def close(self) -> None:
-        self._engine.dispose()

@@ -10,7 +10,9 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from fleetd.api.status import node_status
-from fleetd.registry import RegistryError, RegistryPublisher, RegistryReader, summarize
+from fleetd.registry.reader import RegistryError, RegistryReader
+from fleetd.registry.store import RegistryPublisher
+from fleetd.registry.summary import summarize
 from fleetd.remedy.config import FleetConfig
 from fleetd.remedy.lease import SqlFleetLease
 from tests.api.agent import POLL_INTERVAL, Agent, start_agent
@@ -153,6 +155,16 @@ def test_commands_find_agents_through_the_registry(pg_url: str, agent: Agent) ->
     assert unknown.exit_code == 2 and "not in the registry" in unknown.output
 
 
+def test_the_fleet_limit_tables_are_the_ones_remediation_writes() -> None:
+    from fleetd.registry.reader import BREAKER_TABLE, LEASES_TABLE, NODE_COLUMNS, NODES_TABLE
+    from fleetd.registry.store import nodes_table
+    from fleetd.store.journal import breaker_table, leases_table
+
+    assert (leases_table.name, breaker_table.name) == (LEASES_TABLE, BREAKER_TABLE)
+    assert nodes_table.name == NODES_TABLE
+    assert {c.name for c in nodes_table.columns} == set(NODE_COLUMNS)
+
+
 def test_an_unreachable_registry_is_a_clear_error_without_the_password() -> None:
     url = "postgresql+psycopg2://fleet:hunter2secret@127.0.0.1:1/fleet"
     with pytest.raises(RegistryError) as caught:
@@ -161,6 +173,25 @@ def test_an_unreachable_registry_is_a_clear_error_without_the_password() -> None
     result, _ = run_fleetctl("status", "--db", url)
     assert result.exit_code == 2
     assert "cannot read the registry" in result.output and "hunter2secret" not in result.output
+
+
+def test_a_sqlite_registry_for_a_single_host(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    publisher = RegistryPublisher(url, address="http://a:9477")
+    reader = RegistryReader(url)
+    try:
+        publisher.publish(fake_status("a"), 100.0)
+        publisher.publish(fake_status("b", "degraded", healthy=7), 100.0)
+        nodes = reader.fleet(130.0, stale_after=60)
+        assert [(n.summary.node, n.summary.health, n.stale) for n in nodes] == [
+            ("a", "healthy", False),
+            ("b", "degraded", False),
+        ]
+        assert reader.address_of("a") == "http://a:9477"
+        assert reader.limits() is None
+    finally:
+        publisher.close()
+        reader.close()
 
 
 def test_two_publishers_creating_the_table_at_once(pg_url: str) -> None:
