@@ -23,7 +23,7 @@ def current_alerts(services: ApiServices, now: float) -> list[Json]:
         muting[str(item.get("fingerprint"))] = item
     out: list[Json] = []
     seen: set[str] = set()
-    for entry in services.engine.entries():
+    for entry in services.alert_entries():
         view = alert_view(entry, muting.get(entry.alert.key.fingerprint()))
         seen.add(view["fingerprint"])
         out.append(view)

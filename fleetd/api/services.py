@@ -10,6 +10,7 @@ remediation, not on how remediation is built.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from fleetd import __version__
@@ -23,6 +24,7 @@ from fleetd.remedy.machine import Run
 from fleetd.remedy.service import RemediationStatus
 from fleetd.rules.engine import RuleEngine
 from fleetd.rules.health import NodeHealth
+from fleetd.rules.state import AlertEntry
 from fleetd.store.events import Event, EventLog
 
 
@@ -105,6 +107,9 @@ class ApiServices:
         reload: the daemon's reload, or None when it cannot reload.
         health: the health verdict; defaults to the engine's last one.
         config: the ``api:`` section (history sizes).
+        engine_lock: held by the daemon while the engine evaluates; the API holds it while it
+            copies the engine's alerts (HTTP threads run beside the poll loop). Without one,
+            a copy that races an evaluation is simply taken again.
     """
 
     def __init__(
@@ -123,6 +128,7 @@ class ApiServices:
         config: ApiConfig | None = None,
         version: str = __version__,
         started_at: float | None = None,
+        engine_lock: AbstractContextManager[Any] | None = None,
     ) -> None:
         self.node = node
         self.clock = clock
@@ -137,6 +143,19 @@ class ApiServices:
         self.config = config if config is not None else ApiConfig()
         self.version = version
         self.started_at = started_at if started_at is not None else clock.now()
+        self._engine_lock = engine_lock
+
+    def alert_entries(self) -> list[AlertEntry]:
+        """A consistent copy of the engine's alerts."""
+        if self._engine_lock is not None:
+            with self._engine_lock:
+                return self.engine.entries()
+        for _ in range(5):
+            try:
+                return self.engine.entries()
+            except RuntimeError:  # "dictionary changed size during iteration"
+                continue
+        return self.engine.entries()
 
     def now(self) -> float:
         return self.clock.now()

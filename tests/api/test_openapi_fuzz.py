@@ -3,6 +3,7 @@ answer has a documented status, content type and shape."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from schemathesis import checks
 from tests.api.agent import TOKEN, Agent, start_agent
 
 SPEC = Path(__file__).resolve().parents[2] / "docs" / "api" / "openapi.yaml"
+MAX_EXAMPLES = int(os.environ.get("FLEETD_FUZZ_EXAMPLES", "6"))  # raise it for a longer hunt
 schema = schemathesis.openapi.from_path(SPEC)
 
 
@@ -30,7 +32,7 @@ def fuzzed_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
 
 @schema.parametrize()
 @settings(
-    max_examples=int(__import__("os").environ.get("FUZZ_EXAMPLES", "6")),
+    max_examples=MAX_EXAMPLES,
     deadline=None,
     derandomize=True,
     suppress_health_check=list(HealthCheck),

@@ -187,3 +187,25 @@ def test_remediation_reads(agent: Agent) -> None:
     state = get(agent, "/remediation").json()
     assert state["mode"] == "dry-run" and state["pause"]["paused"] is False
     assert state["breaker"]["tripped"] is False
+
+
+def test_reads_while_the_loop_evaluates_never_fail(agent: Agent) -> None:
+    """HTTP threads read while the poll loop changes alert state: no 5xx, ever."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    agent.sim.inject(3, "ecc_uncorrectable", persistent=True)
+    agent.sim.inject(5, "thermal_runaway")
+    statuses: list[int] = []
+
+    def hammer() -> None:
+        for path in ("/alerts", "/status", "/gpus/3/explain") * 10:
+            statuses.append(get(agent, path).status_code)
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        readers = [pool.submit(hammer) for _ in range(3)]
+        for _ in range(20):
+            agent.clock.advance(POLL_INTERVAL)
+            agent.tick()
+        for reader in readers:
+            reader.result()
+    assert statuses and set(statuses) == {200}
