@@ -11,6 +11,7 @@ them when they are there.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -35,10 +36,14 @@ class RegistryError(FleetdError):
     """The fleet registry could not be reached, read or written."""
 
 
+_CREDENTIALS = re.compile(r"(://[^:/@\s]*):[^@\s]*@")
+
+
 def describe_error(exc: BaseException) -> str:
-    """A short reason without the URL (which may hold a password)."""
+    """A short reason, with any password in a URL it quotes masked."""
     text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+    first = _CREDENTIALS.sub(r"\1:***@", text[0] if text else "")
+    return f"{type(exc).__name__}: {first}"[:300]
 
 
 @dataclass(frozen=True, slots=True)

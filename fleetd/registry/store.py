@@ -11,6 +11,7 @@ The registry has its own MetaData: it is a shared database, not a node's local s
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -60,16 +61,29 @@ nodes_table = Table(
 )
 
 
+def postgres_driver_url(url: str) -> str:
+    """``postgresql://`` with the driver that is installed (psycopg 3, else psycopg2)."""
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme in ("postgresql", "postgres"):
+        driver = "psycopg" if importlib.util.find_spec("psycopg") else "psycopg2"
+        return f"postgresql+{driver}://{rest}"
+    return url
+
+
 def _engine(url: str, timeout: float) -> Engine:
-    if url.startswith("postgresql"):
-        return create_engine(
-            url,
-            pool_pre_ping=True,
-            pool_size=1,
-            max_overflow=1,
-            connect_args={"connect_timeout": max(1, round(timeout))},
-        )
-    return create_engine(url)
+    url = postgres_driver_url(url)
+    try:
+        if url.startswith("postgresql"):
+            return create_engine(
+                url,
+                pool_pre_ping=True,
+                pool_size=1,
+                max_overflow=1,
+                connect_args={"connect_timeout": max(1, round(timeout))},
+            )
+        return create_engine(url)
+    except Exception as exc:  # a malformed URL or a missing driver
+        raise RegistryError(f"cannot use the registry URL: {describe_error(exc)}") from None
 
 
 class RegistryPublisher:
@@ -107,7 +121,8 @@ class RegistryPublisher:
         """Upsert the row of the node ``status`` describes, as of ``now``; returns the row."""
         if not self._ready:
             self.ensure_schema()
-        row = summary_row(summarize(status), now, self._address)
+        summary = summarize(status)
+        row = summary_row(summary, now, self._address)
         dialect = self._engine.dialect.name
         insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
         stmt = insert(nodes_table).values(**row)
@@ -120,7 +135,7 @@ class RegistryPublisher:
                 conn.execute(stmt)
         except SQLAlchemyError as exc:
             raise RegistryError(f"cannot publish to the registry: {describe_error(exc)}") from None
-        return summarize(status)
+        return summary
 
     def forget(self, node: str) -> None:
         """Remove a decommissioned node's row."""

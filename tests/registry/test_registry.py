@@ -10,6 +10,8 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from fleetd.api.status import node_status
+from fleetd.registry.config import RegistryConfig
+from fleetd.registry.heartbeat import RegistryHeartbeat
 from fleetd.registry.reader import RegistryError, RegistryReader
 from fleetd.registry.store import RegistryPublisher
 from fleetd.registry.summary import summarize
@@ -155,6 +157,30 @@ def test_commands_find_agents_through_the_registry(pg_url: str, agent: Agent) ->
     assert unknown.exit_code == 2 and "not in the registry" in unknown.output
 
 
+def test_the_daemons_heartbeat_job(pg_url: str, agent: Agent) -> None:
+    config = RegistryConfig.model_validate({"url": pg_url})
+    heartbeat = RegistryHeartbeat(config, agent.services, address=agent.url)
+    try:
+        assert heartbeat.beat(agent.clock.now()) is True
+    finally:
+        heartbeat.close()
+    reader = RegistryReader(pg_url)
+    try:
+        (node,) = reader.fleet(agent.clock.now(), stale_after=60)
+    finally:
+        reader.close()
+    assert node.summary.node == "gpu-node-101" and node.address == agent.url
+
+    down = RegistryConfig.model_validate({"url": "postgresql://x:pw@127.0.0.1:1/x", "timeout": 1})
+    failing = RegistryHeartbeat(down, agent.services, address=agent.url)
+    try:
+        assert failing.beat(agent.clock.now()) is False
+        assert failing.beat(agent.clock.now()) is False
+        assert failing.failures_total == 2 and "pw" not in (failing.last_error or "")
+    finally:
+        failing.close()
+
+
 def test_the_fleet_limit_tables_are_the_ones_remediation_writes() -> None:
     from fleetd.registry.reader import BREAKER_TABLE, LEASES_TABLE, NODE_COLUMNS, NODES_TABLE
     from fleetd.registry.store import nodes_table
@@ -192,6 +218,14 @@ def test_a_sqlite_registry_for_a_single_host(tmp_path: Path) -> None:
     finally:
         publisher.close()
         reader.close()
+
+
+def test_a_malformed_url_is_reported_without_its_password() -> None:
+    with pytest.raises(RegistryError) as caught:
+        RegistryPublisher("postgresql+nosuchdriver://fleet:s3cr3t-pw@db/fleet")
+    assert "s3cr3t-pw" not in str(caught.value) and "cannot use the registry URL" in str(
+        caught.value
+    )
 
 
 def test_two_publishers_creating_the_table_at_once(pg_url: str) -> None:
