@@ -386,52 +386,6 @@ SELF_METRICS: tuple[MetricSpec, ...] = (
     _m("process_max_fds", "gauge", "", "Maximum number of open file descriptors."),
 )
 
-STORE_METRICS: tuple[MetricSpec, ...] = (
-    _m(
-        "fleetd_store_errors_total",
-        "counter",
-        "",
-        "Failed storage operations by op: open, write, read, maintenance, event, corrupt (a corrupt file moved aside).",
-        "op",
-    ),
-    _m(
-        "fleetd_store_degraded",
-        "gauge",
-        "",
-        "1 while storage writes fail and polls are kept in memory only (rules keep evaluating from memory).",
-    ),
-    _m(
-        "fleetd_store_samples_written_total",
-        "counter",
-        "",
-        "Samples written to the local database.",
-    ),
-    _m(
-        "fleetd_store_disk_bytes",
-        "gauge",
-        "bytes",
-        "Bytes the local database takes on disk (SQLite file and WAL, or PostgreSQL relation sizes).",
-    ),
-    _m(
-        "fleetd_store_budget_dropped_bytes_total",
-        "counter",
-        "bytes",
-        "Stored telemetry deleted early, oldest first, to keep the database within its disk budget.",
-    ),
-    _m(
-        "fleetd_store_backlog_polls",
-        "gauge",
-        "",
-        "Polls held in memory waiting for the database to accept writes again.",
-    ),
-    _m(
-        "fleetd_store_backlog_dropped_polls_total",
-        "counter",
-        "",
-        "Polls never written because the in-memory backlog was full during a storage outage.",
-    ),
-)
-
 RULE_METRICS: tuple[MetricSpec, ...] = (
     _m(
         "fleetd_gpu_health",
@@ -564,15 +518,61 @@ ALERT_METRICS: tuple[MetricSpec, ...] = (
     ),
 )
 
+STORE_METRICS: tuple[MetricSpec, ...] = (
+    _m(
+        "fleetd_store_errors_total",
+        "counter",
+        "",
+        "Failed storage operations by op: open, write, read, maintenance, event, corrupt (a corrupt file moved aside).",
+        "op",
+    ),
+    _m(
+        "fleetd_store_degraded",
+        "gauge",
+        "",
+        "1 while storage writes fail and polls are kept in memory only (rules keep evaluating from memory).",
+    ),
+    _m(
+        "fleetd_store_samples_written_total",
+        "counter",
+        "",
+        "Samples written to the local database.",
+    ),
+    _m(
+        "fleetd_store_disk_bytes",
+        "gauge",
+        "bytes",
+        "Bytes the local database takes on disk (SQLite file and WAL, or PostgreSQL relation sizes).",
+    ),
+    _m(
+        "fleetd_store_budget_dropped_bytes_total",
+        "counter",
+        "bytes",
+        "Stored telemetry deleted early, oldest first, to keep the database within its disk budget.",
+    ),
+    _m(
+        "fleetd_store_backlog_polls",
+        "gauge",
+        "",
+        "Polls held in memory waiting for the database to accept writes again.",
+    ),
+    _m(
+        "fleetd_store_backlog_dropped_polls_total",
+        "counter",
+        "",
+        "Polls never written because the in-memory backlog was full during a storage outage.",
+    ),
+)
+
 CATALOG: dict[str, MetricSpec] = {
     spec.name: spec
     for group in (
         GPU_METRICS,
         VLLM_METRICS,
         SELF_METRICS,
-        STORE_METRICS,
         RULE_METRICS,
         ALERT_METRICS,
+        STORE_METRICS,
     )
     for spec in group
 }

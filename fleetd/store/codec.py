@@ -130,11 +130,9 @@ def decode(blob: bytes, only: Sequence[int] | None = None) -> tuple[list[float],
         version, ncols, n = _HEADER.unpack_from(blob, 0)
         if version != FORMAT_VERSION:
             raise StoreError(f"chunk format {version} is not supported (expected {FORMAT_VERSION})")
-        offset = _HEADER.size
-        kinds = []
-        for _ in range(ncols):
-            kinds.append(_COLUMN.unpack_from(blob, offset))
-            offset += _COLUMN.size
+        offset = _HEADER.size + _COLUMN.size * ncols
+        header = blob[_HEADER.size : offset]
+        kinds = [(header[2 * i], header[2 * i + 1]) for i in range(ncols)]
         payload = zlib.decompress(blob[offset:])
     except (struct.error, zlib.error) as exc:
         raise StoreError(f"corrupt chunk: {exc}") from exc

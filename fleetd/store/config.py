@@ -23,7 +23,7 @@ class StoreConfig(StrictModel):
     rollup_1m_retention: Duration = 30 * 86400.0
     rollup_1h_retention: Duration = 365 * 86400.0
     event_retention: Duration = 365 * 86400.0
-    disk_budget_bytes: int | None = Field(default=2 * GIB, ge=16 * 1024 * 1024)
+    disk_budget_bytes: int | None = Field(default=2 * GIB, ge=1024 * 1024)
     memory_retention: Duration = 3600.0  # the in-memory window rules evaluate against
     busy_timeout: Duration = 1.0  # how long a write waits for another writer's lock
     synchronous: Literal["normal", "full"] = "full"

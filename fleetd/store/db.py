@@ -13,7 +13,8 @@ SQLite specifics, all for crash safety and a bounded file:
   failing half-way, while readers (``Database.read``) never block writers (WAL).
 * ``synchronous=FULL`` by default: a committed poll survives even a power cut.
 * ``auto_vacuum=INCREMENTAL`` on a new file, so space freed by retention can be handed back
-  to the file system a few pages at a time; ``journal_size_limit`` keeps the WAL small.
+  to the file system a few pages at a time; ``journal_size_limit`` keeps the WAL small
+  (16 MiB after a checkpoint).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from fleetd.store import schema
 Synchronous = Literal["off", "normal", "full"]
 
 _IMMEDIATE = "fleetd_sqlite_immediate"
-_WAL_LIMIT_BYTES = 64 * 1024 * 1024
+_WAL_LIMIT_BYTES = 16 * 1024 * 1024
 
 
 def sqlite_url(path: str | Path) -> str:
@@ -178,8 +179,9 @@ class Database:
         conn.execute(table.insert().values(id=1, version=version, fleetd_version=__version__))
 
     def size_bytes(self) -> int | None:
-        """Bytes the data occupies: live pages of the SQLite file plus its WAL, or the total
-        relation size of fleetd's tables on PostgreSQL; None where unknown."""
+        """Bytes of live data: the SQLite file's pages in use (free pages excluded; the WAL,
+        bounded by ``journal_size_limit``, neither), or the total relation size of fleetd's
+        tables on PostgreSQL; None where unknown. The disk budget is held against this."""
         if self.is_sqlite:
             if self.path is None:
                 return None
@@ -187,9 +189,7 @@ class Database:
                 page_size = conn.exec_driver_sql("PRAGMA page_size").scalar_one()
                 pages = conn.exec_driver_sql("PRAGMA page_count").scalar_one()
                 free = conn.exec_driver_sql("PRAGMA freelist_count").scalar_one()
-            wal = Path(f"{self.path}-wal")
-            wal_bytes = wal.stat().st_size if wal.exists() else 0
-            return int((pages - free) * page_size) + wal_bytes
+            return int((pages - free) * page_size)
         if self.dialect == "postgresql":
             names = list(schema.load_table_modules().tables)
             with self.engine.connect() as conn:
@@ -221,8 +221,9 @@ class Database:
             return 0
         with self.begin() as conn:
             free = int(conn.exec_driver_sql("PRAGMA freelist_count").scalar_one())
-            if free:
-                conn.exec_driver_sql(f"PRAGMA incremental_vacuum({int(pages)})").fetchall()
+            # pysqlite steps a pragma once, and each step releases one page: loop
+            for _ in range(min(free, int(pages))):
+                conn.exec_driver_sql("PRAGMA incremental_vacuum(1)")
         return free
 
     def dispose(self) -> None:

@@ -140,6 +140,8 @@ class HybridQuery:
         step: float | None = None,
         agg: RangeAgg = "last",
     ) -> dict[SeriesKey, list[Sample]]:
+        """Samples (or step buckets) up to the split from the database, after it from memory;
+        the step bucket holding the split combines both parts' summaries."""
         split = self.memory.complete_after
         lookback = 0.0 if step is None else step
         if split is not None and start - lookback >= split:
@@ -151,16 +153,47 @@ class HybridQuery:
             return self.memory.range(metric, matchers, start=start, end=end, step=step, agg=agg)
         if split is None or split >= end:
             return stored
-        # points memory alone answers fully (sample or bucket after the split) come from it,
-        # so polls that have not reached the database yet are still there
         mem = self.memory.range(metric, matchers, start=start, end=end, step=step, agg=agg)
         for key, samples in mem.items():
             fresh = [s for s in samples if s.ts - lookback >= split]
-            if not fresh:
-                continue
-            kept = [s for s in stored.get(key, []) if s.ts - lookback < split]
-            stored[key] = kept + fresh
+            if fresh:
+                kept = [s for s in stored.get(key, []) if s.ts - lookback < split]
+                stored[key] = kept + fresh
+        if step is not None:
+            self._fill_split_bucket(stored, metric, matchers, split, step, (start, end), agg)
         return stored
+
+    def _fill_split_bucket(
+        self,
+        out: dict[SeriesKey, list[Sample]],
+        metric: str,
+        matchers: Sequence[Matcher],
+        split: float,
+        step: float,
+        span: tuple[float, float],
+        agg: RangeAgg,
+    ) -> None:
+        """The step bucket ``(t - step, t]`` holding the split: the database's part up to
+        the split and memory's after it, combined."""
+        step_ms = functions.step_to_ms(step)
+        t = functions.bucket_end_ms(functions.to_ms(split), step_ms) / 1000.0
+        if t <= split or not span[0] <= t <= span[1]:
+            return  # the split falls on a bucket edge: no bucket is shared
+        try:
+            older = self.database.summaries(metric, matchers, start=t - step, end=split)
+        except DATABASE_ERRORS as exc:
+            self._failed(exc, "range")
+            older = {}
+        newer = self.memory.summaries(metric, matchers, start=split, end=t)
+        for key in dict.fromkeys([*older, *newer]):
+            summary = functions.combine([older.get(key), newer.get(key)])
+            value = None if summary is None else summary.value(agg)
+            samples = [s for s in out.get(key, []) if s.ts != t]
+            if value is not None:
+                samples.append(Sample(t, value))
+                samples.sort(key=lambda s: s.ts)
+            if samples:
+                out[key] = samples
 
 
 def warm_memory(memory: MemoryWindow, source: RecentSource, *, now: float) -> int:

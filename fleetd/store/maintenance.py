@@ -36,6 +36,8 @@ from fleetd.store.watermarks import DELETED_UNTIL, ROLLUP_UNTIL
 log = get_logger("store")
 
 VACUUM_PAGES = 512
+MAX_ROUND_MS = {0: 86_400_000, 60: 86_400_000, 3600: 30 * 86_400_000}
+"""Longest stretch one round covers per tier (0 = compaction), bounding a series' batch."""
 
 
 @dataclass
@@ -55,7 +57,9 @@ class _Round:
     """A pass over every series for one span: where it is and which series are done."""
 
     start: int
+    end: int
     cursor: int = 0
+    per_step: int = 1  # series per call
     max_id: int = 0  # compaction: head rows newer than the round's start wait for the next
 
 
@@ -102,6 +106,7 @@ class Maintenance:
             report.compacted_rows
             or any(report.rolled_series.values())
             or report.deleted_chunks
+            or report.deleted_events
             or report.budget_dropped_bytes
         )
         return report
@@ -116,10 +121,11 @@ class Maintenance:
 
     # ----------------------------------------------------------------------- compaction
     def compact(self, now: float) -> int:
-        """Chunk the oldest closed span of head rows for a batch of series.
+        """Chunk the closed spans of head rows for a batch of series.
 
-        A round walks every series over one span; when all are done, the span's head rows
-        (those that existed when the round began) are deleted in the last transaction.
+        A round covers every closed span from the oldest head row on (at most a day, to
+        bound the work per series) and walks the series a batch per call; when all are
+        done, the round's head rows (those that existed when it began) are deleted.
         Returns the samples chunked, at least 1 when it made progress, 0 when nothing is
         closed yet.
         """
@@ -132,24 +138,27 @@ class Maintenance:
             self.store.registry.refresh()
             with self.db.read() as conn:
                 oldest, max_id = conn.execute(select(func.min(h.ts), func.max(h.id))).one()
-            if oldest is None:
-                return 0
-            start = int(oldest) // span * span
-            if start + span > cutoff:
-                self._idle_until["compact"] = start + span
-                return 0
-            self._compact = _Round(start, max_id=int(max_id))
+                if oldest is None:
+                    return 0
+                start = int(oldest) // span * span
+                end = min(cutoff // span * span, start + MAX_ROUND_MS[0])
+                if end <= start:
+                    self._idle_until["compact"] = start + span
+                    return 0
+                polls = conn.execute(
+                    select(func.count()).where(h.ts < end, h.id <= max_id)
+                ).scalar_one()
+            per_step = max(1, self.config.maintenance_rows // max(1, int(polls)))
+            self._compact = _Round(start, end=end, max_id=int(max_id), per_step=per_step)
         rnd = self._compact
-        end = rnd.start + span
-        per_step = max(1, self.config.maintenance_rows * 1000 // span)  # ≤ 1 sample/s/series
-        ids = self._next_ids(rnd.cursor, per_step)
+        ids = self._next_ids(rnd.cursor, rnd.per_step)
         if not ids:
             with self.db.begin() as conn:
-                conn.execute(delete(head_table).where(h.ts < end, h.id <= rnd.max_id))
+                conn.execute(delete(head_table).where(h.ts < rnd.end, h.id <= rnd.max_id))
             self._compact = None
             return 1
         with self.db.read() as conn:
-            heads = reader.read_head(conn, ids, 0, end - 1, max_id=rnd.max_id)
+            heads = reader.read_head(conn, ids, 0, rnd.end - 1, max_id=rnd.max_id)
         groups: dict[tuple[int, int], tuple[list[int], list[float]]] = {}
         moved = 0
         for sid, (ts_list, values) in heads.items():
@@ -222,14 +231,15 @@ class Maintenance:
         return None if first is None else max(int(first), after + 1)
 
     def rollup(self, tier: int, now: float) -> int:
-        """Roll one batch of series over the oldest closed span into ``tier`` buckets.
+        """Roll a batch of series over the closed spans after the tier's watermark.
 
-        Returns how many series were processed, at least 1 when it made progress, 0 when
-        nothing is ready.
+        A round covers the closed spans from the first source data after the watermark (at
+        most ``MAX_ROUND_MS``) and walks the series a batch per call; the watermark moves
+        when every series is done. Returns the series processed, at least 1 when it made
+        progress, 0 when nothing is ready.
         """
         span = ROLLUP_CHUNK_SPAN_MS[tier]
         marks = self.store.marks
-        key = ROLLUP_UNTIL[tier]
         ready = to_ms(now - self.config.compact_delay) if tier == 60 else marks.rolled_until(60)
         rnd = self._rollup[tier]
         if rnd is None:
@@ -241,54 +251,62 @@ class Maintenance:
                 first = self._next_source_data(conn, tier, until)
             if first is None:
                 return 0
-            start = max(until, -(-first // span) * span - span)  # span (start, start + span]
-            if start + span > ready:
+            start = max(until, -(-first // span) * span - span)  # spans (s, s + span]
+            end = min(ready // span * span, start + MAX_ROUND_MS[tier])
+            if end <= start:
                 self._idle_until[idle_key] = start + span
                 return 0
             self.store.registry.refresh()
-            rnd = self._rollup[tier] = _Round(start)
-        per_step = max(1, self.config.maintenance_rows * tier // span)
-        ids = self._next_ids(rnd.cursor, per_step)
-        lo, hi = rnd.start, rnd.start + span
-        built: dict[int, Buckets] = {}
+            per_series = (end - start) // (1000 if tier == 60 else MINUTE_MS)  # at most
+            per_step = max(1, self.config.maintenance_rows // per_series)
+            rnd = self._rollup[tier] = _Round(start, end=end, per_step=per_step)
+        ids = self._next_ids(rnd.cursor, rnd.per_step)
+        lo, hi = rnd.start, rnd.end
+        rows = []
         if ids:
             with self.db.read() as conn:
                 if tier == 60:
-                    raw = reader.read_raw(conn, ids, lo + 1, hi)
-                    for sid, (ts, values) in raw.items():
-                        pairs = functions.bucket_summaries(ts, values, MINUTE_MS)
-                        if pairs:
-                            built[sid] = Buckets.from_pairs(pairs)
+                    built = {
+                        sid: Buckets.from_pairs(functions.bucket_summaries(ts, values, MINUTE_MS))
+                        for sid, (ts, values) in reader.read_raw(conn, ids, lo + 1, hi).items()
+                    }
                 else:
-                    minutes = reader.read_rollups(conn, 60, ids, lo + MINUTE_MS, hi)
-                    for sid, buckets in minutes.items():
-                        built[sid] = Buckets.from_pairs(buckets.regroup(HOUR_MS))
+                    built = {
+                        sid: Buckets.from_pairs(buckets.regroup(HOUR_MS))
+                        for sid, buckets in reader.read_rollups(
+                            conn, 60, ids, lo + MINUTE_MS, hi
+                        ).items()
+                    }
+            for sid, buckets in built.items():
+                for chunk_start in range(lo, hi, span):
+                    part = buckets.between(chunk_start + 1, chunk_start + span)
+                    if len(part):
+                        rows.append(
+                            {
+                                "tier": tier,
+                                "series_id": sid,
+                                "start_ts": chunk_start,
+                                "first_ts": part.ends[0],
+                                "last_ts": part.ends[-1],
+                                "count": sum(part.count),
+                                "data": encode_buckets(part),
+                            }
+                        )
         r = rollup_table.c
         with self.db.begin() as conn:
             if ids:
                 conn.execute(
                     delete(rollup_table).where(
-                        r.tier == tier, r.series_id.in_(ids), r.start_ts == lo
+                        r.tier == tier,
+                        r.series_id.in_(ids),
+                        r.start_ts >= lo,
+                        r.start_ts < hi,
                     )
                 )
-                if built:
-                    conn.execute(
-                        rollup_table.insert(),
-                        [
-                            {
-                                "tier": tier,
-                                "series_id": sid,
-                                "start_ts": lo,
-                                "first_ts": b.ends[0],
-                                "last_ts": b.ends[-1],
-                                "count": sum(b.count),
-                                "data": encode_buckets(b),
-                            }
-                            for sid, b in built.items()
-                        ],
-                    )
+                if rows:
+                    conn.execute(rollup_table.insert(), rows)
             else:
-                marks.set(conn, key, hi)  # every series done: the span is complete
+                marks.set(conn, ROLLUP_UNTIL[tier], hi)  # every series done
         if ids:
             rnd.cursor = ids[-1]
         else:
@@ -361,7 +379,8 @@ class Maintenance:
         """Over budget: drop one batch of the oldest data of every tier; returns bytes dropped."""
         budget = self.config.disk_budget_bytes
         size = self.db.size_bytes()
-        self.disk_bytes = self.db.file_bytes() if self.db.file_bytes() is not None else size
+        on_disk = self.db.file_bytes()
+        self.disk_bytes = size if on_disk is None else on_disk
         if budget is None or size is None or size <= budget:
             if self._over_budget and size is not None:
                 log.info("store_disk_budget_ok", size_bytes=size, budget_bytes=budget)

@@ -163,12 +163,12 @@ def decode_buckets(blob: bytes, fields: Sequence[str] | None = None) -> Buckets:
     names = list(Buckets.FIELDS if fields is None else fields)
     cols = codec.decode(blob, [0, *(_BUCKET_COLUMNS[name] for name in names)])
     b = Buckets()
-    b.ends = [int(e) for e in cols[0]]
+    b.ends = list(map(int, cols[0]))
     for name, col in zip(names, cols[1:], strict=True):
         if name in ("first_ts", "last_ts"):
             setattr(b, name, [(e - o) / 1000.0 for e, o in zip(b.ends, col, strict=True)])
         elif name in ("count", "changes"):
-            setattr(b, name, [int(x) for x in col])
+            setattr(b, name, list(map(int, col)))
         else:
             setattr(b, name, list(map(float, col)))
     return b

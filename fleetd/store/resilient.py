@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import sqlite3
+import threading
 import time
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -182,26 +183,29 @@ class ResilientStore:
         self._backoff = config.retry_interval
         self._disk_bytes: int | None = None
         self._corrupt: BaseException | None = None
+        # the poll thread writes, the scheduler runs maintenance, API threads read and log
+        self._lock = threading.RLock()
 
     # --------------------------------------------------------------------- open / close
     def open(self, now: float) -> bool:
         """Connect (creating or upgrading the schema); a corrupt file is moved aside."""
-        try:
-            self._connect()
-        except _DB_ERRORS as exc:
-            failure = classify(exc)
-            if failure.corrupt and self._move_aside(now, exc):
-                try:
-                    self._connect()
-                except _DB_ERRORS as again:
-                    self._fail("open", again, now)
-                    return False
-                self._recovered(now)
-                return True
-            self._fail("open", exc, now)
-            return False
-        self._recovered(now)
-        return True
+        with self._lock:
+            try:
+                self._connect()
+            except _DB_ERRORS as exc:
+                failure = classify(exc)
+                if failure.corrupt and self._move_aside(now, exc):
+                    try:
+                        self._connect()
+                    except _DB_ERRORS as again:
+                        self._fail("open", again, now)
+                        return False
+                    self._recovered(now)
+                    return True
+                self._fail("open", exc, now)
+                return False
+            self._recovered(now)
+            return True
 
     def _connect(self) -> None:
         self.close()
@@ -223,9 +227,10 @@ class ResilientStore:
         self.maintenance_jobs = Maintenance(samples, self.config, events, node=self.node)
 
     def close(self) -> None:
-        if self.db is not None:
-            self.db.dispose()
-        self.db = self.samples = self.events = None
+        with self._lock:
+            if self.db is not None:
+                self.db.dispose()
+            self.db = self.samples = self.events = None
 
     def _move_aside(self, now: float, exc: BaseException) -> bool:
         """Rename a corrupt SQLite file out of the way; False if it is not a file we own."""
@@ -257,24 +262,25 @@ class ResilientStore:
     def append(self, readings: Iterable[Reading], *, now: float) -> bool:
         """Store one poll; True when it reached the database, False when it was kept in the
         backlog (storage degraded). Never raises for storage errors."""
-        batch = tuple(r for r in readings if r.value is not None)
-        if not self._ready(now):
-            self._keep(batch)
-            return False
-        samples = self.samples
-        assert samples is not None
-        try:
-            for _ in range(min(FLUSH_PER_WRITE, len(self._backlog))):
-                self._samples_written += samples.append(self._backlog[0])
-                self._backlog.popleft()
-            self._samples_written += samples.append(batch)
-        except _DB_ERRORS as exc:
-            self._keep(batch)
-            self._fail("write", exc, now)
-            return False
-        self._recovered(now)
-        self._flush_events(now)
-        return True
+        with self._lock:
+            batch = tuple(r for r in readings if r.value is not None)
+            if not self._ready(now):
+                self._keep(batch)
+                return False
+            samples = self.samples
+            assert samples is not None
+            try:
+                for _ in range(min(FLUSH_PER_WRITE, len(self._backlog))):
+                    self._samples_written += samples.append(self._backlog[0])
+                    self._backlog.popleft()
+                self._samples_written += samples.append(batch)
+            except _DB_ERRORS as exc:
+                self._keep(batch)
+                self._fail("write", exc, now)
+                return False
+            self._recovered(now)
+            self._flush_events(now)
+            return True
 
     def _ready(self, now: float) -> bool:
         """Connected and not backing off; reconnects when a retry is due."""
@@ -346,15 +352,18 @@ class ResilientStore:
         node: str | None = None,
     ) -> int | None:
         """Record an event; None when storage is down (it is kept and written later)."""
-        entry = _PendingEvent(kind, now, node or self.node, gpu, message, dict(data or {}), actor)
-        if self._ready(now) and self.events is not None:
-            self._flush_events(now)
-            try:
-                return entry.write(self.events)
-            except _DB_ERRORS as exc:
-                self._fail("event", exc, now)
-        self._event_backlog.append(entry)
-        return None
+        with self._lock:
+            entry = _PendingEvent(
+                kind, now, node or self.node, gpu, message, dict(data or {}), actor
+            )
+            if self._ready(now) and self.events is not None:
+                self._flush_events(now)
+                try:
+                    return entry.write(self.events)
+                except _DB_ERRORS as exc:
+                    self._fail("event", exc, now)
+            self._event_backlog.append(entry)
+            return None
 
     def _flush_events(self, now: float) -> None:
         events = self.events
@@ -378,15 +387,16 @@ class ResilientStore:
     # --------------------------------------------------------------------- maintenance
     def maintenance(self, now: float) -> MaintenanceReport | None:
         """One bounded step of compaction, rollups, retention and the disk budget."""
-        if not self._ready(now) or self.maintenance_jobs is None:
-            return None
-        try:
-            report = self.maintenance_jobs.step(now)
-        except _DB_ERRORS as exc:
-            self._fail("maintenance", exc, now)
-            return None
-        self._disk_bytes = self.maintenance_jobs.disk_bytes
-        return report
+        with self._lock:
+            if not self._ready(now) or self.maintenance_jobs is None:
+                return None
+            try:
+                report = self.maintenance_jobs.step(now)
+            except _DB_ERRORS as exc:
+                self._fail("maintenance", exc, now)
+                return None
+            self._disk_bytes = self.maintenance_jobs.disk_bytes
+            return report
 
     # ---------------------------------------------------------------------- reporting
     def health(self) -> StoreHealth:

@@ -102,8 +102,7 @@ class SampleStore:
 
     # ---------------------------------------------------------------------- selection
     def _select(self, metric: str, matchers: Sequence[Matcher]) -> dict[int, SeriesKey]:
-        chosen = self.registry.select(metric, matchers)
-        return chosen
+        return self.registry.select(metric, matchers)
 
     def refresh(self) -> None:
         """Pick up series and watermarks another process (the daemon) has written."""
@@ -201,7 +200,7 @@ class SampleStore:
             plan = Plan(None, None, (lo_ms, hi_ms))
         else:
             plan = self.plan(lo_ms, hi_ms, use_hours=True)
-        parts = self._read_plan(list(chosen), plan, start, end, raw_step_ms=None)
+        parts = self._read_plan(list(chosen), plan, start, end)
         out: dict[SeriesKey, Summary] = {}
         for sid, pieces in parts.items():
             summary = functions.combine(pieces)
@@ -301,8 +300,8 @@ class SampleStore:
         plan: Plan,
         start: float,
         end: float,
-        raw_step_ms: int | None,
     ) -> dict[int, list[Summary | None]]:
+        """Summaries of each plan part per series, oldest part first."""
         parts: dict[int, list[Summary | None]] = {}
         with self.db.read() as conn:
             for tier, span in ((3600, plan.hour), (60, plan.minute)):

@@ -25,11 +25,11 @@ schema_version_table = Table(
 )
 
 TABLE_MODULES: tuple[str, ...] = (
-    "fleetd.store.tables",
-    "fleetd.store.events",
-    "fleetd.store.alert_state",
     "fleetd.store.outbox",
     "fleetd.store.silences",
+    "fleetd.store.alert_state",
+    "fleetd.store.tables",
+    "fleetd.store.events",
     "fleetd.store.journal",
 )
 """Modules that declare tables on METADATA; imported before the schema is created or checked."""

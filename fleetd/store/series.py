@@ -3,12 +3,14 @@
 Every sample row and chunk names its series by id; the registry turns readings into ids
 without a query per reading, and answers ``series(metric, matchers)`` from memory. New ids
 are handed out inside the caller's write transaction and cached only once it commits, so a
-rolled-back poll never leaves the cache pointing at ids that do not exist.
+rolled-back poll never leaves the cache pointing at ids that do not exist. One writer (the
+poll) and any number of readers may use it from different threads.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Sequence
 
 from sqlalchemy import Connection, select
@@ -33,10 +35,12 @@ class SeriesRegistry:
 
     def __init__(self, db: Database) -> None:
         self._db = db
+        # copy-on-write per metric, so readers in other threads never see a dict change
         self._ids: dict[str, dict[Labels, int]] = {}
         self._keys: dict[int, SeriesKey] = {}
         self._max_id = 0
         self._pending: dict[tuple[str, Labels], int] = {}
+        self._lock = threading.Lock()
 
     def refresh(self) -> None:
         """Load series created since the last look (by this or another process)."""
@@ -45,13 +49,21 @@ class SeriesRegistry:
             rows = conn.execute(
                 select(t.c.id, t.c.metric, t.c.labels).where(t.c.id > self._max_id)
             ).all()
-        for sid, metric, labels in rows:
-            self._remember(int(sid), metric, decode_labels(labels))
+        self._remember([(int(sid), metric, decode_labels(labels)) for sid, metric, labels in rows])
 
-    def _remember(self, sid: int, metric: str, labels: Labels) -> None:
-        self._ids.setdefault(metric, {})[labels] = sid
-        self._keys[sid] = SeriesKey(metric, labels)
-        self._max_id = max(self._max_id, sid)
+    def _remember(self, rows: Sequence[tuple[int, str, Labels]]) -> None:
+        if not rows:
+            return
+        with self._lock:
+            by_metric: dict[str, dict[Labels, int]] = {}
+            for sid, metric, labels in rows:
+                fresh = by_metric.get(metric)
+                if fresh is None:
+                    fresh = by_metric[metric] = dict(self._ids.get(metric, {}))
+                fresh[labels] = sid
+                self._keys[sid] = SeriesKey(metric, labels)
+                self._max_id = max(self._max_id, sid)
+            self._ids.update(by_metric)
 
     def key(self, sid: int) -> SeriesKey:
         return self._keys[sid]
@@ -61,7 +73,8 @@ class SeriesRegistry:
         return None if by_labels is None else by_labels.get(labels)
 
     def all_ids(self) -> list[int]:
-        return sorted(self._keys)
+        with self._lock:
+            return sorted(self._keys)
 
     def select(self, metric: str, matchers: Sequence[Matcher] = ()) -> dict[int, SeriesKey]:
         """Ids and keys of the known series of ``metric`` matching every matcher."""
@@ -100,8 +113,7 @@ class SeriesRegistry:
         return sid
 
     def commit_pending(self) -> None:
-        for (metric, labels), sid in self._pending.items():
-            self._remember(sid, metric, labels)
+        self._remember([(sid, metric, labels) for (metric, labels), sid in self._pending.items()])
         self._pending.clear()
 
     def discard_pending(self) -> None:
