@@ -382,7 +382,7 @@ class Remediation:
             alert_key=key or alert_key(self.node, gpus),
         )
         self._journal.append_events([event])
-        self.executor.redeliver(now)
+        self.executor.redeliver(now, force=True)
 
 
 def _gpus(indices: tuple[int, ...]) -> str:
