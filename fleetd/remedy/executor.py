@@ -78,6 +78,16 @@ class Executor:
             self._seq[run.run_id] = journal.last_seq(run.run_id)
             self._resume.add(run.run_id)
             log.info("remediation_run_resumed", run_id=run.run_id, state=run.state.value)
+        self._release_stale_leases()
+
+    def _release_stale_leases(self) -> None:
+        """A daemon killed between concluding a run and releasing its lease leaves the lease
+        behind; the journal says whether its run still needs it."""
+        for run_id in self._lease.leases(self.node):
+            run = self._runs.get(run_id) or self._journal.get(run_id)
+            if run is None or (run.terminal and not run.holding):
+                self._lease.release(run_id)
+                log.info("remediation_stale_lease_released", run_id=run_id)
 
     # ---- public ------------------------------------------------------------------------
     def active(self) -> list[m.Run]:
@@ -107,7 +117,7 @@ class Executor:
         """Add an event to a run without changing it (a further trigger, a human's remark)."""
         event = self._event(run, record, now)
         self._journal.append_events([event])
-        self._journal.mark_delivered(self._deliver([event], now))
+        self._journal.mark_delivered(self._hand_out([event], now))
 
     def tick(self, now: float) -> None:
         """Resume restarted runs, advance every run whose wait is over, retry deliveries."""
@@ -159,7 +169,10 @@ class Executor:
                 # journal first: nothing that changes the world happens before this write
                 self._journal.save(run, unsaved)
                 saved = run
-                delivered += self._deliver(unsaved, now)
+                if self._redeliver and delivered:  # settle before re-reading what is pending
+                    self._journal.mark_delivered(delivered)
+                    delivered = []
+                delivered += self._hand_out(unsaved, now)
                 unsaved = []
             if run.terminal:
                 self._runs.pop(run.run_id, None)
@@ -198,6 +211,13 @@ class Executor:
             resolve_alert=record.resolve_alert,
             alert_key=alert_key(run.node, run.gpu_indices),
         )
+
+    def _hand_out(self, events: Sequence[RemediationEvent], now: float) -> list[str]:
+        """Deliver new events, unless older ones still wait: then all go in journal order."""
+        if self._redeliver:
+            self.redeliver(now)
+            return []
+        return self._deliver(events, now)
 
     def _deliver(self, events: Sequence[RemediationEvent], now: float) -> list[str]:
         """Hand events to the notifiers in order; return the ids that went out."""
@@ -309,7 +329,7 @@ class Executor:
             event = self._event(released, record, now)
             self._journal.save(released, [event])
             self._lease.release(held.run_id)
-            self._journal.mark_delivered(self._deliver([event], now))
+            self._journal.mark_delivered(self._hand_out([event], now))
 
     def _worker(self, name: str) -> VllmWorkerConfig:
         worker = self._workers.get(name)

@@ -64,10 +64,14 @@ def test_uncorrectable_error_on_gpu3_drains_the_hive_resets_once_and_readmits(ri
     assert rig.sim.resets[0].killed_pids == ()  # nothing was on the hive any more
     kinds = rig.sink.kinds()
     assert kinds.count("reset_intent") == 1 and kinds.count("worker_stopped") == 8
-    assert kinds.index("reset_intent") > max(i for i, k in enumerate(kinds) if k == "worker_stopped")
+    assert kinds.index("reset_intent") > max(
+        i for i, k in enumerate(kinds) if k == "worker_stopped"
+    )
     assert kinds[-1] == "done" and rig.sink.events[-1].resolve_alert
     run_events = [e for e in rig.sink.events if e.run_id]
-    assert all(e.trigger is not None and e.trigger.rule == "GpuUncorrectableEcc" for e in run_events)
+    assert all(
+        e.trigger is not None and e.trigger.rule == "GpuUncorrectableEcc" for e in run_events
+    )
     assert rig.sim.resets[0].at >= run.created_at + 8 + 1  # requests finished, 2nd idle read
     # the journal holds the same story, and nothing is left undelivered
     journaled = [e.kind for e in rig.remediation.events(run_id)]
@@ -275,7 +279,10 @@ def test_manual_drain_holds_until_undrain(small: Rig) -> None:
     assert small.run(back).state is m.RunState.DONE
     assert gpu3.state() == "active" and gpu3.in_rotation
     assert not small.run(run_id).holding
-    assert small.remediation.status().held == () and small.remediation.status().gpus_out_of_service == 0
+    assert (
+        small.remediation.status().held == ()
+        and small.remediation.status().gpus_out_of_service == 0
+    )
     released = [e for e in small.sink.events if e.kind == "hold_released"]
     assert released and released[0].resolve_alert and released[0].run_id == run_id
     with pytest.raises(RemedyError, match="not held"):
