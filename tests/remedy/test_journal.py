@@ -77,7 +77,7 @@ def test_an_event_id_is_written_once(db: Database) -> None:
     journal = RunJournal(db)
     run, _ = new_run()
     journal.save(run, [event(run, 1)])
-    with pytest.raises(Exception, match="(?i)unique|duplicate"):
+    with pytest.raises(Exception, match=r"(?i)unique|duplicate"):
         journal.save(run, [event(run, 1)])
     assert len(journal.events(run_id=run.run_id)) == 1  # the failed write left nothing
 

@@ -56,7 +56,7 @@ def test_each_kind_of_problem() -> None:
         else x
         for x in readings
     ]
-    result = verify.assess(snap(readings + [r(verify.UP, 4, 0)]), [0, 1, 2, 3, 4])
+    result = verify.assess(snap([*readings, r(verify.UP, 4, 0)]), [0, 1, 2, 3, 4])
     assert result.problems == (
         "GPU 0: PCIe width 8 lanes, below max 16",
         "GPU 1: XGMI link 1 down",

@@ -108,7 +108,7 @@ def test_stand_in_systemctl_script(fleet: StandInFleet, clock: FakeClock) -> Non
     assert inactive.returncode == 3 and inactive.stdout.strip() == "inactive"
     run_command([ctl, "--no-block", "start", "vllm@0.service"], timeout=10)
     assert w.state() == "active"
-    with pytest.raises(RemedyError, match="exited 5: Unit vllm@9.service not found"):
+    with pytest.raises(RemedyError, match=r"exited 5: Unit vllm@9\.service not found"):
         run_command([ctl, "restart", "vllm@9.service"], timeout=10)
     with pytest.raises(RemedyError, match="exited 2"):
         run_command([ctl, "stop"], timeout=10)

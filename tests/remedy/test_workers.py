@@ -98,7 +98,7 @@ def test_systemd_worker_wrong_model_and_missing_unit(fleet: StandInFleet) -> Non
     assert not ready.ready and "model other-model not listed (m-70b)" in ready.detail
     with pytest.raises(RemedyError, match="no systemd unit"):
         adapter.stop(cfg_of(w).model_copy(update={"unit": None}))
-    with pytest.raises(RemedyError, match="exited 5: Unit nope.service not found"):
+    with pytest.raises(RemedyError, match=r"exited 5: Unit nope\.service not found"):
         adapter.stop(cfg_of(w).model_copy(update={"unit": "nope.service"}))
     adapter.unroute(cfg_of(w))  # no rotation hook configured: nothing to do
     assert fleet.rotation_log == []
@@ -228,7 +228,7 @@ def test_read_load_sums_engines(httpserver: HTTPServer) -> None:
 def test_run_command_timeout_kills_the_whole_group(tmp_path: Path) -> None:
     pidfile = tmp_path / "child.pid"
     slow = script(tmp_path / "slow", f"sleep 30 & echo $! > {pidfile}; wait\n")
-    with pytest.raises(RemedyError, match="timed out after 0.3s"):
+    with pytest.raises(RemedyError, match=r"timed out after 0\.3s"):
         run_command([slow], timeout=0.3)
     child = int(pidfile.read_text())
     status = Path(f"/proc/{child}/status")
