@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from fleetd.alert.config import AlertingConfig
 from fleetd.configbase import Duration, StrictModel, load_file
 from fleetd.remedy.config import RemediationConfig
 
@@ -99,6 +100,7 @@ class FleetdConfig(StrictModel):
     http: HttpConfig = Field(default_factory=HttpConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     vllm: VllmConfig = Field(default_factory=VllmConfig)
+    alerting: AlertingConfig = Field(default_factory=AlertingConfig)
     remediation: RemediationConfig = Field(default_factory=RemediationConfig)
 
 

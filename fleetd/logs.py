@@ -45,7 +45,10 @@ def configure_logging(
     )
 
 
-def get_logger(component: str) -> structlog.stdlib.BoundLogger:
-    """A logger whose every line carries ``component``."""
-    logger: structlog.stdlib.BoundLogger = structlog.get_logger().bind(component=component)
-    return logger
+def get_logger(component: str) -> Any:
+    """A logger whose every line carries ``component``.
+
+    It is a lazy proxy: safe to create at import time, it follows whatever
+    ``configure_logging`` set up when a line is actually logged.
+    """
+    return structlog.get_logger(component=component)

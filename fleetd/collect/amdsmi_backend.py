@@ -27,7 +27,10 @@ from fleetd.model import GpuIdentity
 __all__ = ["AmdSmiBackend", "AmdSmiGpu", "GpuProcess", "load_amdsmi", "status_reason"]
 
 T = TypeVar("T")
+
+
 log = get_logger("collect.backend")
+
 
 FIX_HINT = (
     "install ROCm's amd-smi-lib 7.0.x, set ROCM_PATH to the ROCm directory (e.g. /opt/rocm), "
@@ -324,8 +327,9 @@ class AmdSmiBackend:
     never silently dropped; its index is kept for when it comes back.
     """
 
-    def __init__(self, amdsmi_module: ModuleType) -> None:
-        self.amdsmi = amdsmi_module
+    def __init__(self, amdsmi_module: Any) -> None:
+        """``amdsmi_module``: the real module (``load_amdsmi()``) or fleetd.sim.SimulatedAmdSmi."""
+        self.amdsmi: Any = amdsmi_module
         self._exc_base: type[BaseException] = getattr(amdsmi_module, "AmdSmiException", Exception)
         self._enums: dict[tuple[str, str], Any] = {}
         self._lock = threading.RLock()

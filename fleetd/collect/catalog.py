@@ -386,8 +386,69 @@ SELF_METRICS: tuple[MetricSpec, ...] = (
     _m("process_max_fds", "gauge", "", "Maximum number of open file descriptors."),
 )
 
+ALERT_METRICS: tuple[MetricSpec, ...] = (
+    _m(
+        "fleetd_alert_notifications_sent_total",
+        "counter",
+        "",
+        "Notifications delivered, per receiver and integration (kind/index).",
+        "receiver",
+        "integration",
+    ),
+    _m(
+        "fleetd_alert_notifications_failed_total",
+        "counter",
+        "",
+        "Notifications given up on: rejected by the receiver (4xx other than 429) or still failing after the give-up time.",
+        "receiver",
+        "integration",
+    ),
+    _m(
+        "fleetd_alert_notifications_retried_total",
+        "counter",
+        "",
+        "Failed attempts scheduled for a retry (5xx, 429, timeouts, network errors).",
+        "receiver",
+        "integration",
+    ),
+    _m(
+        "fleetd_alert_config_errors_total",
+        "counter",
+        "",
+        "Notifications the receiver rejected as wrong (4xx other than 408/429): a configuration error.",
+        "receiver",
+        "integration",
+    ),
+    _m(
+        "fleetd_alert_receiver_rejecting",
+        "gauge",
+        "",
+        "1 while the receiver's last answer was a rejection (configuration error), 0 after a success.",
+        "receiver",
+        "integration",
+    ),
+    _m(
+        "fleetd_alert_outbox_pending",
+        "gauge",
+        "",
+        "Notifications waiting in the outbox (outbox depth).",
+        "receiver",
+        "integration",
+    ),
+    _m(
+        "fleetd_alert_outbox_oldest_pending_age_seconds",
+        "gauge",
+        "seconds",
+        "Age of the oldest notification waiting in the outbox; 0 when none waits.",
+        "receiver",
+        "integration",
+    ),
+)
+
 CATALOG: dict[str, MetricSpec] = {
-    spec.name: spec for group in (GPU_METRICS, VLLM_METRICS, SELF_METRICS) for spec in group
+    spec.name: spec
+    for group in (GPU_METRICS, VLLM_METRICS, SELF_METRICS, ALERT_METRICS)
+    for spec in group
 }
 
 

@@ -28,6 +28,7 @@ from fleetd.model import CollectorResult, GpuIdentity, GpuStatus, Labels, Readin
 GPU_UP = "fleetd_gpu_up"
 READINGS_MISSING = "fleetd_gpu_readings_missing"
 
+
 log = get_logger("collect.poller")
 
 

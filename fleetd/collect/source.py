@@ -8,7 +8,7 @@ over the real amdsmi module or the simulator.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -103,7 +103,7 @@ class GpuSource(Protocol):
 class GpuBackend(Protocol):
     """The node-wide GPU view: enumeration, per-GPU sources, and what remediation calls."""
 
-    def sources(self) -> list[GpuSource]:
+    def sources(self) -> Sequence[GpuSource]:
         """Every known GPU, present or vanished, in index order."""
         ...
 

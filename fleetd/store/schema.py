@@ -24,7 +24,11 @@ schema_version_table = Table(
     Column("fleetd_version", String(32), nullable=False),
 )
 
-TABLE_MODULES: tuple[str, ...] = ("fleetd.store.journal",)
+TABLE_MODULES: tuple[str, ...] = (
+    "fleetd.store.outbox",
+    "fleetd.store.silences",
+    "fleetd.store.journal",
+)
 """Modules that declare tables on METADATA; imported before the schema is created or checked."""
 
 

@@ -110,7 +110,7 @@ def test_processes_failure_raises(rig):
     rig.node.inject(
         2, "unsupported_fields", calls=["amdsmi_get_gpu_process_list"], status="NO_PERM"
     )
-    with pytest.raises(BackendError, match="cannot list processes on GPU 2.*no_perm"):
+    with pytest.raises(BackendError, match=r"cannot list processes on GPU 2.*no_perm"):
         rig.backend.processes(2)
 
 

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fleetd.clock import FakeClock
-from fleetd.collect.catalog import CATALOG
+from fleetd.collect.catalog import CATALOG, GPU_METRICS, SELF_METRICS, VLLM_METRICS
 from fleetd.collect.exporter import FleetdExporter
 from fleetd.collect.vllm import TokensPerJouleTracker, VllmValues, worker_readings
 from fleetd.config import VllmWorkerConfig
@@ -106,7 +106,8 @@ def test_everything_exported_is_in_the_catalog(metrics_text: str) -> None:
         "fleetd_config_last_reload_success",
         "fleetd_gpu_power_average_watts",  # N/A on MI3xx-class GPUs
     }
-    expected = CATALOG.keys() - not_here
+    mine = {spec.name for spec in (*GPU_METRICS, *VLLM_METRICS, *SELF_METRICS)}
+    expected = mine - not_here
     assert expected - seen == set()
 
 
@@ -133,3 +134,23 @@ def test_promtool_check_metrics_passes(metrics_text: str) -> None:
     assert result.stdout.strip() == "" and result.stderr.strip() == "", (
         result.stdout + result.stderr
     )
+
+
+def test_fast_render_is_byte_identical_to_generate_latest() -> None:
+    clock = FakeClock(START)
+    rig = make_rig(clock, seed=7, load=0.6)
+    try:
+        registry = CollectorRegistry()
+        exporter = FleetdExporter(registry)
+        for _ in range(2):
+            clock.advance(5.0)
+            exporter.update(rig.poller.poll(clock.now()))
+            now = clock.now()
+            exporter.update_vllm(
+                worker_readings(WORKERS[0], True, VllmValues(1, 2, 0.3, 40.0), None, now)
+            )
+            fast = exporter.render()
+            standard = generate_latest(registry)
+            assert normalise(fast.decode()) == normalise(standard.decode())
+    finally:
+        rig.close()

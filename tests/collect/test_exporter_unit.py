@@ -103,3 +103,46 @@ def test_exporter_uses_only_the_registry_it_is_given():
     before = set(REGISTRY._collector_to_names)
     FleetdExporter(CollectorRegistry())
     assert set(REGISTRY._collector_to_names) == before
+
+
+def test_fast_render_escapes_like_prometheus_client():
+    odd = GpuIdentity(
+        index=0,
+        uuid='uu"id\\0',
+        bdf="0000:05:00.0",
+        product='AMD "Instinct"\nMI355X \\ OAM',
+    )
+    readings = (
+        Reading(
+            "fleetd_gpu_info",
+            make_labels(
+                {
+                    "gpu": 0,
+                    "uuid": odd.uuid,
+                    "bdf": odd.bdf,
+                    "serial": "",
+                    "product": odd.product,
+                    "model": "MI355X",
+                    "vbios": "",
+                    "driver_version": "",
+                    "kfd_id": "",
+                    "hip_id": "",
+                    "hive_id": "",
+                }
+            ),
+            1.0,
+            TS,
+        ),
+        Reading("fleetd_gpu_energy_joules_total", odd.labels, 1.5e12, TS),
+        Reading(
+            "fleetd_gpu_temperature_celsius",
+            make_labels({"gpu": 0, "uuid": odd.uuid, "sensor": "hbm"}),
+            -3.0,
+            TS,
+        ),
+    )
+    registry = CollectorRegistry()
+    exporter = FleetdExporter(registry, process_metrics=False)
+    exporter.update(Snapshot("n", TS, (GpuStatus(odd, True, True),), readings))
+    assert exporter.render() == generate_latest(registry)
+    assert exporter.render() == generate_latest(registry)  # cached prefixes give the same

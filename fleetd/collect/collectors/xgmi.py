@@ -47,7 +47,7 @@ class XgmiCollector:
                 out.add(
                     LINKS,
                     value,
-                    reason=None if counts else parse.REASON_NA,
+                    reason=None if counts is not None else parse.REASON_NA,
                     labels=(("state", state),),
                 )
         else:

@@ -1,0 +1,259 @@
+"""What the dispatcher hands a notifier: value types that round-trip through the outbox as JSON.
+
+A ``Notification`` is complete in itself (alerts, group, reason, node) so a restart can send it
+exactly as it was decided; it never contains a secret, because notifiers add credentials from
+their own configuration at the moment of sending.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any, Literal, cast
+
+from fleetd.model import Alert, AlertState, Labels, label_value, make_labels
+
+Status = Literal["firing", "resolved"]
+Action = Literal["notify", "update", "acknowledge", "change"]
+"""notify: alerts fired or resolved; update: edit an earlier message (Slack chat.update);
+acknowledge: someone acknowledged (PagerDuty ack); change: a remediation step (never pages)."""
+
+DetailValue = str | int | float | bool | None
+
+
+def iso8601(ts: float) -> str:
+    """Unix seconds → RFC 3339 in UTC with milliseconds: ``2026-01-01T00:00:00.000Z``."""
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True, slots=True)
+class AlertRecord:
+    """One alert as the dispatcher knows it: the latest state the rules engine reported."""
+
+    fingerprint: str
+    rule: str
+    status: Status
+    severity: str
+    labels: Labels
+    annotations: Labels = ()
+    value: float | None = None
+    starts_at: float = 0.0
+    ends_at: float | None = None  # set once resolved
+    received_at: float = 0.0  # when the dispatcher first saw this firing episode
+
+    @property
+    def firing(self) -> bool:
+        return self.status == "firing"
+
+    def label(self, name: str) -> str | None:
+        return label_value(self.labels, name)
+
+    def annotation(self, name: str) -> str | None:
+        return label_value(self.annotations, name)
+
+    @property
+    def alertname(self) -> str:
+        return self.label("alertname") or self.rule
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "fingerprint": self.fingerprint,
+            "rule": self.rule,
+            "status": self.status,
+            "severity": self.severity,
+            "labels": dict(self.labels),
+            "annotations": dict(self.annotations),
+            "value": self.value,
+            "starts_at": self.starts_at,
+            "ends_at": self.ends_at,
+            "received_at": self.received_at,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AlertRecord:
+        return cls(
+            fingerprint=str(data["fingerprint"]),
+            rule=str(data["rule"]),
+            status=cast(Status, data["status"]),
+            severity=str(data["severity"]),
+            labels=make_labels(data.get("labels", {})),
+            annotations=make_labels(data.get("annotations", {})),
+            value=None if data.get("value") is None else float(data["value"]),
+            starts_at=float(data.get("starts_at", 0.0)),
+            ends_at=None if data.get("ends_at") is None else float(data["ends_at"]),
+            received_at=float(data.get("received_at", 0.0)),
+        )
+
+
+def record_from_alert(alert: Alert, at: float, received_at: float) -> AlertRecord:
+    """The dispatcher's record of a rules-engine alert; ``alertname`` and ``severity`` are
+    always present in the labels because routes, silences and receivers match on them."""
+    labels = dict(alert.labels)
+    labels.setdefault("alertname", alert.key.rule)
+    labels.setdefault("severity", str(alert.severity))
+    firing = alert.state == AlertState.FIRING
+    starts = alert.fired_at if alert.fired_at is not None else (alert.active_at or at)
+    ends = None if firing else (alert.resolved_at if alert.resolved_at is not None else at)
+    return AlertRecord(
+        fingerprint=alert.key.fingerprint(),
+        rule=alert.key.rule,
+        status="firing" if firing else "resolved",
+        severity=str(alert.severity),
+        labels=make_labels(labels),
+        annotations=alert.annotations,
+        value=alert.value,
+        starts_at=starts,
+        ends_at=ends,
+        received_at=received_at,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRef:
+    """Where a chat message lives, so later messages can reply in its thread or edit it."""
+
+    channel: str
+    ts: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeEvent:
+    """A remediation step worth telling people about; it never pages.
+
+    ``id`` makes a submission idempotent: the same id is queued once per integration, so a
+    remediation executor that retries after a crash does not announce a step twice.
+    """
+
+    summary: str
+    at: float
+    labels: Labels = ()
+    details: Mapping[str, DetailValue] = field(default_factory=dict)
+    links: tuple[tuple[str, str], ...] = ()  # (href, text)
+    id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "summary": self.summary,
+            "at": self.at,
+            "labels": dict(self.labels),
+            "details": dict(self.details),
+            "links": [list(link) for link in self.links],
+            "id": self.id,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ChangeEvent:
+        return cls(
+            summary=str(data["summary"]),
+            at=float(data["at"]),
+            labels=make_labels(data.get("labels", {})),
+            details=dict(data.get("details", {})),
+            links=tuple((str(h), str(t)) for h, t in data.get("links", [])),
+            id=data.get("id"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    """One payload for one integration, decided by the dispatcher and stored in the outbox."""
+
+    receiver: str
+    integration: str
+    action: Action
+    status: Status
+    node: str
+    created_at: float
+    group_key: str = ""
+    group_labels: Labels = ()
+    alerts: tuple[AlertRecord, ...] = ()
+    reason: str = ""
+    external_url: str | None = None
+    truncated_alerts: int = 0
+    change: ChangeEvent | None = None
+    thread: MessageRef | None = None  # chat: reply in (notify) or edit (update) this message
+    lease_until: float | None = None  # Alertmanager: endsAt of the firing alerts
+
+    @property
+    def firing(self) -> tuple[AlertRecord, ...]:
+        return tuple(a for a in self.alerts if a.firing)
+
+    @property
+    def resolved(self) -> tuple[AlertRecord, ...]:
+        return tuple(a for a in self.alerts if not a.firing)
+
+    def common_labels(self) -> dict[str, str]:
+        """Labels every alert shares with the same value."""
+        if not self.alerts:
+            return {}
+        common = dict(self.alerts[0].labels)
+        for alert in self.alerts[1:]:
+            here = dict(alert.labels)
+            common = {k: v for k, v in common.items() if here.get(k) == v}
+        return common
+
+    def common_annotations(self) -> dict[str, str]:
+        if not self.alerts:
+            return {}
+        common = dict(self.alerts[0].annotations)
+        for alert in self.alerts[1:]:
+            here = dict(alert.annotations)
+            common = {k: v for k, v in common.items() if here.get(k) == v}
+        return common
+
+    def with_thread(self, thread: MessageRef | None) -> Notification:
+        return replace(self, thread=thread)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "receiver": self.receiver,
+                "integration": self.integration,
+                "action": self.action,
+                "status": self.status,
+                "node": self.node,
+                "created_at": self.created_at,
+                "group_key": self.group_key,
+                "group_labels": dict(self.group_labels),
+                "alerts": [a.to_dict() for a in self.alerts],
+                "reason": self.reason,
+                "external_url": self.external_url,
+                "truncated_alerts": self.truncated_alerts,
+                "change": None if self.change is None else self.change.to_dict(),
+                "thread": None if self.thread is None else [self.thread.channel, self.thread.ts],
+                "lease_until": self.lease_until,
+            },
+            separators=(",", ":"),
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> Notification:
+        data = json.loads(text)
+        thread = data.get("thread")
+        change = data.get("change")
+        return cls(
+            receiver=data["receiver"],
+            integration=data["integration"],
+            action=data["action"],
+            status=data["status"],
+            node=data["node"],
+            created_at=float(data["created_at"]),
+            group_key=data.get("group_key", ""),
+            group_labels=make_labels(data.get("group_labels", {})),
+            alerts=tuple(AlertRecord.from_dict(a) for a in data.get("alerts", [])),
+            reason=data.get("reason", ""),
+            external_url=data.get("external_url"),
+            truncated_alerts=int(data.get("truncated_alerts", 0)),
+            change=None if change is None else ChangeEvent.from_dict(change),
+            thread=None if thread is None else MessageRef(str(thread[0]), str(thread[1])),
+            lease_until=data.get("lease_until"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """What a successful send reports back: where the message landed, when that matters."""
+
+    ref: MessageRef | None = None

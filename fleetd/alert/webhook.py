@@ -1,0 +1,102 @@
+"""A generic webhook that receives Alertmanager's webhook payload (``version: "4"``).
+
+The format is Alertmanager's (prometheus/alertmanager docs/configuration.md, webhook_config),
+so anything written for Alertmanager webhooks can take fleetd's notifications unchanged.
+Change events (remediation steps) use a small fleetd format and are off by default
+(``send_changes``), because an Alertmanager-format consumer would not expect them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import requests
+
+from fleetd.alert.base import DeliveryMode, error_for_status, post_json
+from fleetd.alert.config import WebhookConfig
+from fleetd.alert.notification import AlertRecord, Notification, Receipt, iso8601
+
+ZERO_TIME = "0001-01-01T00:00:00Z"  # Alertmanager's endsAt of an alert still firing
+CHANGE_VERSION = "fleetd-change-1"
+
+
+def generator_url(external_url: str | None, alert: AlertRecord) -> str:
+    if not external_url:
+        return ""
+    return f"{external_url.rstrip('/')}/api/v1/alerts/{alert.fingerprint}"
+
+
+def webhook_alert(alert: AlertRecord, external_url: str | None) -> dict[str, Any]:
+    return {
+        "status": alert.status,
+        "labels": dict(alert.labels),
+        "annotations": dict(alert.annotations),
+        "startsAt": iso8601(alert.starts_at),
+        "endsAt": ZERO_TIME if alert.ends_at is None else iso8601(alert.ends_at),
+        "generatorURL": generator_url(external_url, alert),
+        "fingerprint": alert.fingerprint,
+    }
+
+
+def webhook_payload(notification: Notification, max_alerts: int = 0) -> dict[str, Any]:
+    """Alertmanager's webhook message (version 4) for one group notification."""
+    alerts = list(notification.alerts)
+    truncated = notification.truncated_alerts
+    if max_alerts and len(alerts) > max_alerts:
+        truncated += len(alerts) - max_alerts
+        alerts = alerts[:max_alerts]
+    return {
+        "version": "4",
+        "groupKey": notification.group_key,
+        "truncatedAlerts": truncated,
+        "status": "firing" if notification.firing else "resolved",
+        "receiver": notification.receiver,
+        "groupLabels": dict(notification.group_labels),
+        "commonLabels": notification.common_labels(),
+        "commonAnnotations": notification.common_annotations(),
+        "externalURL": notification.external_url or "",
+        "alerts": [webhook_alert(a, notification.external_url) for a in alerts],
+    }
+
+
+def change_payload(notification: Notification) -> dict[str, Any]:
+    change = notification.change
+    assert change is not None
+    return {
+        "version": CHANGE_VERSION,
+        "receiver": notification.receiver,
+        "node": notification.node,
+        "summary": change.summary,
+        "timestamp": iso8601(change.at),
+        "labels": dict(change.labels),
+        "details": dict(change.details),
+        "links": [{"href": href, "text": text} for href, text in change.links],
+    }
+
+
+class WebhookNotifier:
+    """POSTs one Alertmanager-format message per call; any 2xx is success."""
+
+    kind: ClassVar[str] = "webhook"
+    mode: ClassVar[DeliveryMode] = "group"
+    threads = False
+
+    def __init__(self, config: WebhookConfig, session: requests.Session) -> None:
+        self._config = config
+        self._session = session
+
+    def send(self, notification: Notification) -> Receipt | None:
+        if notification.action == "change":
+            body = change_payload(notification)
+        else:
+            body = webhook_payload(notification, self._config.max_alerts)
+        response = post_json(
+            self._session,
+            self._config.url.reveal(),
+            body,
+            timeout=self._config.timeout,
+            what="webhook",
+        )
+        if not 200 <= response.status_code < 300:
+            raise error_for_status(response, "webhook", [self._config.url])
+        return None
