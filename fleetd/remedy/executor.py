@@ -251,6 +251,8 @@ class Executor:
     def _carry_out(self, run: m.Run, cmd: m.Command, now: float) -> m.Event | None:
         if run.dry_run:
             return _pretend(run, cmd)
+        if isinstance(cmd, _OWN_WORK):  # the lease is fleetd's own bookkeeping
+            return self._execute(run, cmd, now)
         started = time.perf_counter()
         try:
             return self._execute(run, cmd, now)
@@ -421,6 +423,9 @@ _SIDE_EFFECTS = (
 )
 """Commands that change the world; the journal is written before any of them runs.
 Checks and polls (ReadLoad, CheckProcesses, Rediscover, PollHealth, CheckReady) only read."""
+
+
+_OWN_WORK = (m.AcquireLease, m.ReleaseLease, m.ReleaseHolds)
 
 
 def _progress(run: m.Run) -> tuple[object, ...]:
