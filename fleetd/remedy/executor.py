@@ -210,6 +210,7 @@ class Executor:
             raise_alert=record.raise_alert,
             resolve_alert=record.resolve_alert,
             alert_key=alert_key(run.node, run.gpu_indices),
+            actor=run.trigger.who,
         )
 
     def _hand_out(self, events: Sequence[RemediationEvent], now: float) -> list[str]:

@@ -14,8 +14,8 @@ routing, grouping, silences and inhibition apply:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from fleetd.alert.config import REMEDIATION_ALERT
 from fleetd.alert.notification import ChangeEvent, DetailValue
@@ -23,6 +23,7 @@ from fleetd.model import Alert, AlertKey, AlertState, Severity, Transition, make
 from fleetd.remedy.events import RemediationEvent
 
 HELD_ALERT = "GpuRemediationHeld"
+_OPERATOR_KINDS = frozenset({"paused", "resumed", "breaker_reset"})
 BREAKER_ALERT = "GpuRemediationBreakerOpen"
 
 _CONCLUDED = frozenset({"done", "quarantined", "aborted", "drained"})
@@ -128,3 +129,52 @@ def _firing(name: str, event: RemediationEvent, gpu: int | None, severity: Sever
 def _resolved(name: str, event: RemediationEvent, gpu: int | None) -> Transition:
     alert = _alert(name, event, gpu, Severity.INFO, AlertState.RESOLVED)
     return Transition(alert, AlertState.FIRING, AlertState.RESOLVED, event.at)
+
+
+class EventLog(Protocol):
+    """``fleetd.store.events.EventLog``'s append."""
+
+    def append(
+        self,
+        kind: str,
+        *,
+        now: float,
+        node: str,
+        gpu: int | None = None,
+        message: str,
+        data: Mapping[str, Any] | None = None,
+        actor: str | None = None,
+    ) -> int: ...
+
+
+class EventLogSink:
+    """An ``EventSink`` writing each step to the store's event log (queryable by GPU)."""
+
+    def __init__(self, log: EventLog) -> None:
+        self._log = log
+
+    def record(self, event: RemediationEvent) -> None:
+        self._log.append(
+            event_log_kind(event),
+            now=event.at,
+            node=event.node,
+            gpu=_event_gpu(event),
+            message=event.message,
+            data=event.to_dict(),
+            actor=event.actor or "fleetd",
+        )
+
+
+def event_log_kind(event: RemediationEvent) -> str:
+    """``reset`` for the reset, ``operator_action`` for a person's action, else remediation."""
+    if event.kind == "reset_intent" and not event.dry_run:
+        return "reset"
+    if event.kind in _OPERATOR_KINDS or (event.actor is not None and event.kind == "run_planned"):
+        return "operator_action"
+    return "remediation"
+
+
+def _event_gpu(event: RemediationEvent) -> int | None:
+    if event.trigger is not None and event.trigger.gpu is not None:
+        return event.trigger.gpu
+    return event.gpus[0] if len(event.gpus) == 1 else None

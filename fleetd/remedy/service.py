@@ -242,12 +242,16 @@ class Remediation:
     def pause(self, *, who: str, why: str, now: float) -> None:
         with self._lock:
             self._journal.set_paused(self.node, PauseState(True, who, why, now))
-            self._node_event("paused", f"automatic remediation paused by {who}: {why}", now)
+            self._node_event(
+                "paused", f"automatic remediation paused by {who}: {why}", now, actor=who
+            )
 
     def resume(self, *, who: str, why: str, now: float) -> None:
         with self._lock:
             self._journal.set_paused(self.node, PauseState(False, who, why, now))
-            self._node_event("resumed", f"automatic remediation resumed by {who}: {why}", now)
+            self._node_event(
+                "resumed", f"automatic remediation resumed by {who}: {why}", now, actor=who
+            )
 
     def reset_breaker(self, *, who: str, now: float) -> None:
         with self._lock:
@@ -258,6 +262,7 @@ class Remediation:
                 now,
                 resolve_alert=True,
                 key=f"fleetd-remediation/{self._lease.scope}/breaker",
+                actor=who,
             )
 
     # ---- driving and reading ------------------------------------------------------------
@@ -365,6 +370,7 @@ class Remediation:
         raise_alert: bool = False,
         resolve_alert: bool = False,
         key: str | None = None,
+        actor: str | None = None,
     ) -> None:
         gpus = (trigger.gpu,) if trigger is not None and trigger.gpu is not None else ()
         event = RemediationEvent(
@@ -380,6 +386,7 @@ class Remediation:
             raise_alert=raise_alert,
             resolve_alert=resolve_alert,
             alert_key=key or alert_key(self.node, gpus),
+            actor=actor,
         )
         self._journal.append_events([event])
         self.executor.redeliver(now, force=True)
