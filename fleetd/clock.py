@@ -72,3 +72,28 @@ class FakeClock:
             if when < self._now:
                 raise ValueError("a clock never goes backwards")
             self._now = float(when)
+
+
+class ScaledClock:
+    """Real time sped up by ``speed`` from the moment it is created (``fleetd demo --speed``).
+
+    The whole daemon runs on it, so rule durations, group waits and remediation timeouts all
+    stay consistent while a five-minute scenario plays in one minute.
+    """
+
+    def __init__(self, speed: float, *, base: SystemClock | None = None) -> None:
+        if speed <= 0:
+            raise ValueError("speed must be positive")
+        self._base = base or SystemClock()
+        self._speed = speed
+        self._wall0 = self._base.now()
+        self._mono0 = self._base.monotonic()
+
+    def now(self) -> float:
+        return self._wall0 + (self._base.monotonic() - self._mono0) * self._speed
+
+    def monotonic(self) -> float:
+        return self._mono0 + (self._base.monotonic() - self._mono0) * self._speed
+
+    def sleep(self, seconds: float) -> None:
+        self._base.sleep(seconds / self._speed)

@@ -16,6 +16,7 @@ from pydantic import Field, field_validator
 from fleetd.alert.config import AlertingConfig
 from fleetd.configbase import Duration, StrictModel, load_file
 from fleetd.remedy.config import RemediationConfig
+from fleetd.rules.config import RulesConfig
 
 DEFAULT_CONFIG_PATH = Path("/etc/fleetd/fleetd.yaml")
 DEFAULT_STATE_DIR = Path("/var/lib/fleetd")
@@ -100,6 +101,7 @@ class FleetdConfig(StrictModel):
     http: HttpConfig = Field(default_factory=HttpConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     vllm: VllmConfig = Field(default_factory=VllmConfig)
+    rules: RulesConfig = Field(default_factory=RulesConfig)
     alerting: AlertingConfig = Field(default_factory=AlertingConfig)
     remediation: RemediationConfig = Field(default_factory=RemediationConfig)
 

@@ -386,6 +386,79 @@ SELF_METRICS: tuple[MetricSpec, ...] = (
     _m("process_max_fds", "gauge", "", "Maximum number of open file descriptors."),
 )
 
+RULE_METRICS: tuple[MetricSpec, ...] = (
+    _m(
+        "fleetd_gpu_health",
+        "gauge",
+        "",
+        "GPU health as a state set: 1 for the current state (healthy, degraded, unhealthy, unknown), 0 for the others.",
+        *GPU,
+        "state",
+    ),
+    _m(
+        "fleetd_gpu_health_data_age_seconds",
+        "gauge",
+        "seconds",
+        "Age of the newest telemetry behind the GPU's health verdict.",
+        *GPU,
+    ),
+    _m(
+        "fleetd_node_health",
+        "gauge",
+        "",
+        "Node health as a state set (worst of its GPUs and node-level alerts): 1 for the current state.",
+        "state",
+    ),
+    _m(
+        "fleetd_node_health_data_age_seconds",
+        "gauge",
+        "seconds",
+        "Age of the oldest GPU telemetry behind the node's health verdict.",
+    ),
+    _m(
+        "fleetd_alerts",
+        "gauge",
+        "",
+        "Alerts by severity and state (pending, firing).",
+        "severity",
+        "state",
+    ),
+    _m(
+        "fleetd_rule_health",
+        "gauge",
+        "",
+        "1 when the rule's last evaluation succeeded, 0 when it failed (a rule problem, never a page).",
+        "rule",
+    ),
+    _m(
+        "fleetd_rule_evaluation_failures_total",
+        "counter",
+        "",
+        "Evaluations of the rule that failed.",
+        "rule",
+    ),
+    _m(
+        "fleetd_rule_evaluation_duration_seconds",
+        "gauge",
+        "seconds",
+        "Wall time of the last evaluation of all rules.",
+    ),
+    _m("fleetd_rules_loaded", "gauge", "", "Rules the engine is running."),
+    _m(
+        "fleetd_rule_reloads_total",
+        "counter",
+        "",
+        "Rule reloads by result: success, failure.",
+        "result",
+    ),
+    _m(
+        "fleetd_rules_last_reload_success",
+        "gauge",
+        "",
+        "1 when the last rule reload succeeded (or none was tried).",
+    ),
+)
+
 ALERT_METRICS: tuple[MetricSpec, ...] = (
     _m(
         "fleetd_alert_notifications_sent_total",
@@ -447,7 +520,7 @@ ALERT_METRICS: tuple[MetricSpec, ...] = (
 
 CATALOG: dict[str, MetricSpec] = {
     spec.name: spec
-    for group in (GPU_METRICS, VLLM_METRICS, SELF_METRICS, ALERT_METRICS)
+    for group in (GPU_METRICS, VLLM_METRICS, SELF_METRICS, RULE_METRICS, ALERT_METRICS)
     for spec in group
 }
 

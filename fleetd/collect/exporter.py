@@ -205,10 +205,12 @@ class FleetdExporter(Collector):
         self._lock = threading.Lock()
         self._snapshot: Snapshot | None = None
         self._gpu_families: list[Metric] | None = None
-        self._vllm: tuple[Reading, ...] = ()
-        self._vllm_families: list[Metric] | None = None
+        # named groups of readings besides the GPUs': "vllm", "rules", "alerts", "store", …
+        # each group owns distinct metric families and is replaced whole on update
+        self._groups: dict[str, tuple[Reading, ...]] = {"vllm": ()}
+        self._group_families: dict[str, list[Metric]] = {}
         self._gpu_text: str | None = None
-        self._vllm_text: str | None = None
+        self._group_text: dict[str, str] = {}
         self._prefixes: dict[tuple[str, Labels], str] = {}
         self._polls = 0
         self._missed = 0
@@ -233,12 +235,17 @@ class FleetdExporter(Collector):
 
     def update_vllm(self, readings: Sequence[Reading], failed_workers: Iterable[str] = ()) -> None:
         """Publish the latest vLLM scrape (and derived per-GPU readings such as tokens/J)."""
+        self.update_group("vllm", readings)
         with self._lock:
-            self._vllm = tuple(readings)
-            self._vllm_families = None
-            self._vllm_text = None
             for worker in failed_workers:
                 self._scrape_errors[worker] = self._scrape_errors.get(worker, 0) + 1
+
+    def update_group(self, group: str, readings: Sequence[Reading]) -> None:
+        """Replace one named group of readings (rule health, alert delivery, store, …)."""
+        with self._lock:
+            self._groups[group] = tuple(readings)
+            self._group_families.pop(group, None)
+            self._group_text.pop(group, None)
 
     def record_missed_poll(self) -> None:
         """A poll was skipped because the previous one was still running."""
@@ -260,13 +267,15 @@ class FleetdExporter(Collector):
             snapshot = self._snapshot
             if snapshot is not None and self._gpu_families is None:
                 self._gpu_families = render_readings(snapshot.readings, self._catalog)
-            if self._vllm_families is None:
-                self._vllm_families = render_readings(self._vllm, self._catalog)
             gpu_families = list(self._gpu_families or ())
-            vllm_families = list(self._vllm_families)
+            group_families: list[Metric] = []
+            for group, readings in self._groups.items():
+                if group not in self._group_families:
+                    self._group_families[group] = render_readings(readings, self._catalog)
+                group_families += self._group_families[group]
             self_families = self._self_metrics(snapshot)
         yield from gpu_families
-        yield from vllm_families
+        yield from group_families
         yield from self_families
 
     def render(self) -> bytes:
@@ -281,14 +290,18 @@ class FleetdExporter(Collector):
                 self._gpu_text = render_readings_text(
                     snapshot.readings, self._catalog, self._prefixes
                 )
-            if self._vllm_text is None:
-                self._vllm_text = render_readings_text(self._vllm, self._catalog, self._prefixes)
-            gpu_text, vllm_text = self._gpu_text or "", self._vllm_text
+            texts = [self._gpu_text or ""]
+            for group, readings in self._groups.items():
+                if group not in self._group_text:
+                    self._group_text[group] = render_readings_text(
+                        readings, self._catalog, self._prefixes
+                    )
+                texts.append(self._group_text[group])
             families = self._self_metrics(snapshot)
         if self._process is not None:
             families += list(self._process.collect())
         tail = generate_latest(_Families(families))
-        return (gpu_text + vllm_text).encode("utf-8") + tail
+        return "".join(texts).encode("utf-8") + tail
 
     def _self_metrics(self, snapshot: Snapshot | None) -> list[Metric]:
         def spec(name: str) -> MetricSpec:

@@ -27,6 +27,7 @@ schema_version_table = Table(
 TABLE_MODULES: tuple[str, ...] = (
     "fleetd.store.outbox",
     "fleetd.store.silences",
+    "fleetd.store.alert_state",
     "fleetd.store.journal",
 )
 """Modules that declare tables on METADATA; imported before the schema is created or checked."""

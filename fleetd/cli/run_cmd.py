@@ -1,0 +1,60 @@
+"""``fleetd run``: the daemon, on the real amdsmi library or (``--simulate``) the simulator."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from fleetd.clock import SystemClock
+from fleetd.config import DEFAULT_CONFIG_PATH, FleetdConfig, load_config
+from fleetd.errors import BackendError, ConfigError
+from fleetd.logs import configure_logging
+
+
+def resolve_config(path: Path | None, simulate: str | None) -> tuple[FleetdConfig, Path | None]:
+    """The config to run: PATH, else the default file, else (simulating only) built-in defaults.
+
+    ``--simulate`` switches the backend to the simulator whatever the file says.
+    """
+    chosen = path or DEFAULT_CONFIG_PATH
+    if path is None and simulate is not None and not chosen.exists():
+        config, used = FleetdConfig(), None
+    else:
+        config, used = load_config(chosen), chosen
+    if simulate is not None:
+        backend = config.backend.model_copy(update={"kind": "simulator", "scenario": simulate})
+        config = config.model_copy(update={"backend": backend})
+    return config, used
+
+
+@click.command("run")
+@click.option("--config", "config_path", type=click.Path(path_type=Path), default=None,
+              help=f"fleetd.yaml (default {DEFAULT_CONFIG_PATH}).")
+@click.option("--simulate", metavar="SCENARIO", default=None,
+              help="Run on the simulator with this scenario (a shipped name or a YAML path).")
+@click.option("--log-format", type=click.Choice(["json", "console"]), default=None,
+              help="json lines (default, for journald) or console for people.")
+def run(config_path: Path | None, simulate: str | None, log_format: str | None) -> None:
+    """Run the health daemon until SIGTERM; SIGHUP reloads the config."""
+    try:
+        config, used = resolve_config(config_path, simulate)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            click.echo(str(problem), err=True)
+        sys.exit(1)
+    fmt = log_format or config.logging.format
+    configure_logging(fmt, config.logging.level)  # type: ignore[arg-type]
+    from fleetd.daemon import Daemon  # heavy imports after argument parsing
+
+    try:
+        daemon = Daemon(config, clock=SystemClock(), config_path=used)
+    except BackendError as exc:
+        click.echo(f"fleetd: {exc}", err=True)
+        sys.exit(2)
+    try:
+        daemon.start()
+        daemon.run_until_stopped()
+    finally:
+        daemon.stop()
