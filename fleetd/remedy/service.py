@@ -22,7 +22,7 @@ from fleetd.clock import Clock
 from fleetd.config import VllmWorkerConfig
 from fleetd.errors import RemedyError
 from fleetd.logs import get_logger
-from fleetd.model import GpuIdentity, Transition
+from fleetd.model import GpuIdentity, Reading, Transition, make_labels
 from fleetd.remedy import machine as m
 from fleetd.remedy.config import RemediationConfig
 from fleetd.remedy.events import ChangeSink, EventSink, RemediationEvent, alert_key
@@ -293,6 +293,33 @@ class Remediation:
                 active=tuple(self.executor.active()),
                 held=held,
             )
+
+    def metrics(self, now: float) -> list[Reading]:
+        """The ``fleetd_remediation_*`` series of the catalog (for the exporter's group)."""
+        with self._lock:
+            status = self.status()
+            counts, resets = self._journal.counts(self.node)
+
+        def reading(metric: str, value: float, **labels: object) -> Reading:
+            return Reading(metric, make_labels(labels), float(value), now)
+
+        scope = status.lease_scope
+        out = [
+            reading("fleetd_remediation_mode", 1, mode=status.mode),
+            reading("fleetd_remediation_paused", status.paused.paused),
+            reading("fleetd_remediation_breaker_open", status.breaker.tripped, scope=scope),
+            reading("fleetd_remediation_runs_active", len(status.active)),
+            reading("fleetd_remediation_resets_total", resets),
+            reading("fleetd_remediation_gpus_held", len({g for h in status.held for g in h.gpus})),
+            reading(
+                "fleetd_remediation_gpus_out_of_service", status.gpus_out_of_service, scope=scope
+            ),
+        ]
+        out += [
+            reading("fleetd_remediation_runs_total", n, plan=plan, outcome=state)
+            for (plan, state), n in sorted(counts.items())
+        ]
+        return out
 
     def runs(self, *, limit: int = 50) -> list[m.Run]:
         return self._journal.runs(self.node, limit=limit)

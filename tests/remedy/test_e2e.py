@@ -4,16 +4,29 @@ not come back, processes that will not let go, people stepping in, and dry-run."
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from fleetd.clock import FakeClock
+from fleetd.collect.catalog import CATALOG
+from fleetd.collect.exporter import FleetdExporter
 from fleetd.errors import RemedyError
+from fleetd.model import Reading
 from fleetd.remedy import machine as m
 
 from .rig import Rig, make_rig, path_with, remediation_config
+
+
+def metrics_text(readings: list[Reading]) -> str:
+    assert all(r.metric in CATALOG for r in readings)
+    exporter = FleetdExporter(CollectorRegistry(), process_metrics=False)
+    exporter.update_group("remediation", readings)
+    return exporter.render().decode()
 
 
 @pytest.fixture
@@ -110,6 +123,28 @@ def test_persistent_fault_spends_the_budget_then_quarantines_and_pages(small: Ri
     # a further alert on the quarantined GPU is noted, not acted on
     assert small.fault(3) == []
     assert small.sink.kinds()[-1] == "further_trigger"
+    # and /metrics says what happened
+    text = metrics_text(small.remediation.metrics(small.clock.now()))
+    for line in (
+        'fleetd_remediation_runs_total{outcome="done",plan="reset"} 3.0',
+        'fleetd_remediation_runs_total{outcome="quarantined",plan="quarantine"} 1.0',
+        "fleetd_remediation_resets_total 3.0",
+        "fleetd_remediation_gpus_held 1.0",
+        'fleetd_remediation_gpus_out_of_service{scope="node:sim-node"} 1.0',
+        'fleetd_remediation_mode{mode="on"} 1.0',
+        "fleetd_remediation_runs_active 0.0",
+    ):
+        assert line in text, line
+    if shutil.which("promtool"):
+        check = subprocess.run(
+            ["promtool", "check", "metrics"],
+            input=text,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert check.returncode == 0 and not (check.stdout + check.stderr).strip(), check.stdout
 
 
 def test_repeat_fault_within_probation_escalates_at_once(small: Rig) -> None:
