@@ -16,7 +16,8 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from fleetd.clock import Clock
 from fleetd.config import VllmWorkerConfig
@@ -64,6 +65,24 @@ class RemediationStatus:
     gpus_out_of_service: int
     active: tuple[m.Run, ...]
     held: tuple[HeldGpus, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able, for the API and ``fleetctl``."""
+        return {
+            "node": self.node,
+            "mode": self.mode,
+            "paused": asdict(self.paused),
+            "breaker": asdict(self.breaker),
+            "lease_scope": self.lease_scope,
+            "gpus_out_of_service": self.gpus_out_of_service,
+            "active": [run_summary(r) for r in self.active],
+            "held": [asdict(h) for h in self.held],
+        }
+
+
+def run_summary(run: m.Run) -> dict[str, Any]:
+    """A run as the API shows it: the journal form plus its coarse phase."""
+    return {**m.run_to_dict(run), "phase": run.state.phase, "terminal": run.terminal}
 
 
 class Remediation:

@@ -4,6 +4,7 @@ not come back, processes that will not let go, people stepping in, and dry-run."
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -305,6 +306,9 @@ def test_manual_drain_holds_until_undrain(small: Rig) -> None:
     assert gpu3.state() == "inactive" and not gpu3.in_rotation
     assert small.fleet.workers["gpu2"].in_rotation
     assert small.sink.alerts()[-1].severity == "warning"
+    shown = json.loads(json.dumps(small.remediation.status().to_dict()))
+    assert shown["held"][0]["gpus"] == [3] and shown["held"][0]["state"] == "drained"
+    assert shown["mode"] == "on" and shown["gpus_out_of_service"] == 1
     assert small.fault(3) == []  # held: the alert is noted only
     with pytest.raises(RemedyError, match="already in run"):
         small.remediation.drain(3, who="carol", why="again", now=small.clock.now())
