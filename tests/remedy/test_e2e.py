@@ -354,3 +354,51 @@ def test_cancel_after_the_reset_keeps_workers_down_and_says_so(small: Rig) -> No
     small.remediation.undrain(3, who="erin", why="all good", now=small.clock.now())
     small.run_until_settled()
     assert all(w.in_rotation and w.state() == "active" for w in small.fleet.workers.values())
+
+
+def test_budget_spent_with_a_reboot_command_reboots_and_verifies_after_restart(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "actions.log"
+    reboot = tmp_path / "request-reboot"
+    reboot.write_text(f'#!/bin/sh\necho "reboot $1" >> {log}\n')
+    reboot.chmod(0o755)
+    burn = tmp_path / "burn-in"
+    burn.write_text(f'#!/bin/sh\necho "burn-in $1" >> {log}\necho "all GEMMs passed"\n')
+    burn.chmod(0o755)
+    rig = small_rig(
+        tmp_path,
+        clock,
+        monkeypatch,
+        budget={"max_resets": 1},
+        reboot={"command": [str(reboot), "{node}"], "timeout": "10m"},
+        verify={"burn_in": {"command": [str(burn), "{gpus}"], "timeout": "1m"}},
+    )
+    try:
+        [first] = rig.fault(3)
+        rig.run_until_settled()
+        assert rig.run(first).state is m.RunState.DONE
+        rig.clock.advance(15 * 60)
+        [second] = rig.fault(3)  # budget spent: the next rung is the reboot
+        for _ in range(30):
+            rig.clock.advance(1)
+            rig.remediation.tick(rig.clock.now())
+        run = rig.run(second)
+        assert run.plan is m.Plan.REBOOT and run.state is m.RunState.REBOOTING
+        assert all(w.state() == "inactive" for w in rig.fleet.workers.values())
+        # the node reboots: every GPU is reset, the daemon starts again from its database
+        rig.sim.reset_hive(0)
+        rig.restart_daemon()
+        rig.run_until_settled()
+        run = rig.run(second)
+        assert run.state is m.RunState.DONE and run.reboot_count == 1, run.outcome
+        assert log.read_text().splitlines() == [
+            "burn-in 0,1,2,3,4,5,6,7",
+            f"reboot {rig.node_name}",
+            "burn-in 0,1,2,3,4,5,6,7",
+        ]
+        assert all(w.in_rotation and w.state() == "active" for w in rig.fleet.workers.values())
+        kinds = [e.kind for e in rig.remediation.events(second)]
+        assert kinds.count("reboot_intent") == 1 and "burn_in_passed" in kinds
+    finally:
+        rig.close()
