@@ -311,8 +311,8 @@ class Executor:
                 return m.LeaseResult(False, f"remediation paused by {pause.by}: {pause.reason}")
             if self._cfg.mode == "off":
                 return m.LeaseResult(False, "remediation is off", final=True)
-        decision = self._lease.acquire(
-            node=self.node, run_id=run.run_id, gpus=run.gpu_indices, manual=manual, now=now
+        decision = self._lease.acquire(  # held GPUs are already counted by their holder
+            node=self.node, run_id=run.run_id, gpus=run.verify_gpus, manual=manual, now=now
         )
         return m.LeaseResult(decision.granted, decision.reason)
 
@@ -387,7 +387,7 @@ class Executor:
             snapshot = self._poller.poll(now)
         except Exception as exc:
             return m.HealthResult((f"poll failed: {_describe(exc)}",))
-        return verify.assess(snapshot, run.gpu_indices)
+        return verify.assess(snapshot, run.verify_gpus)
 
     def _reboot(self, run: m.Run) -> str | None:
         reboot = self._cfg.reboot

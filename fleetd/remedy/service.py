@@ -369,8 +369,14 @@ class Remediation:
             m.UnitGpu(i, identities[i].uuid, identities[i].bdf) if i in identities else m.UnitGpu(i)
             for i in gpus
         )
+        held: set[int] = set()
+        if plan is not m.Plan.UNDRAIN:
+            held = {i for r in self._journal.holding(self.node) for i in r.gpu_indices}
         if workers is None:
-            workers = tuple(w.name for w in self._workers if set(w.gpus) & set(gpus))
+            # a worker on a held GPU stays out: this run must not bring it back
+            workers = tuple(
+                w.name for w in self._workers if set(w.gpus) & set(gpus) and not set(w.gpus) & held
+            )
         run, commands = m.plan_run(
             run_id=run_id,
             node=self.node,
@@ -381,6 +387,7 @@ class Remediation:
             settings=settings,
             now=now,
             dry_run=dry_run,
+            held_gpus=tuple(sorted(held)),
         )
         note = m.Record("policy", why, severity="warning" if escalated else "info")
         first, *rest = commands

@@ -402,3 +402,28 @@ def test_budget_spent_with_a_reboot_command_reboots_and_verifies_after_restart(
         assert kinds.count("reboot_intent") == 1 and "burn_in_passed" in kinds
     finally:
         rig.close()
+
+
+def test_a_hive_reset_leaves_an_already_quarantined_gpu_out(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rig = make_rig(tmp_path, clock, workers_on=(3, 5))
+    monkeypatch.setenv("PATH", path_with(rig.fleet.bin_dir))
+    try:
+        rig.sim.inject(5, "pcie_downgrade", persistent=True)
+        [held] = rig.fault(5, plan="quarantine")
+        rig.run_until_settled()
+        assert rig.run(held).state is m.RunState.QUARANTINED
+        [run_id] = rig.fault(3)
+        rig.run_until_settled()
+        run = rig.run(run_id)
+        assert run.state is m.RunState.DONE, run.outcome  # GPU 5's link is not held against it
+        assert run.held_gpus == (5,) and run.worker_names == ("gpu3",)
+        assert rig.sim.reset_count() == 1
+        gpu5 = rig.fleet.workers["gpu5"]
+        assert gpu5.state() == "inactive" and not gpu5.in_rotation and gpu5.starts == 1
+        assert rig.fleet.workers["gpu3"].in_rotation
+        assert rig.remediation.status().held[0].gpus == (5,)
+        assert "GPUs 5 stay held out of service" in rig.remediation.events(run_id)[0].message
+    finally:
+        rig.close()
