@@ -17,6 +17,7 @@ from fleetd.alert.config import AlertingConfig
 from fleetd.configbase import Duration, StrictModel, load_file
 from fleetd.remedy.config import RemediationConfig
 from fleetd.rules.config import RulesConfig
+from fleetd.store.config import StoreConfig
 
 DEFAULT_CONFIG_PATH = Path("/etc/fleetd/fleetd.yaml")
 DEFAULT_STATE_DIR = Path("/var/lib/fleetd")
@@ -103,6 +104,7 @@ class FleetdConfig(StrictModel):
     vllm: VllmConfig = Field(default_factory=VllmConfig)
     rules: RulesConfig = Field(default_factory=RulesConfig)
     alerting: AlertingConfig = Field(default_factory=AlertingConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
     remediation: RemediationConfig = Field(default_factory=RemediationConfig)
 
 

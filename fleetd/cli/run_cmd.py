@@ -30,12 +30,25 @@ def resolve_config(path: Path | None, simulate: str | None) -> tuple[FleetdConfi
 
 
 @click.command("run")
-@click.option("--config", "config_path", type=click.Path(path_type=Path), default=None,
-              help=f"fleetd.yaml (default {DEFAULT_CONFIG_PATH}).")
-@click.option("--simulate", metavar="SCENARIO", default=None,
-              help="Run on the simulator with this scenario (a shipped name or a YAML path).")
-@click.option("--log-format", type=click.Choice(["json", "console"]), default=None,
-              help="json lines (default, for journald) or console for people.")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help=f"fleetd.yaml (default {DEFAULT_CONFIG_PATH}).",
+)
+@click.option(
+    "--simulate",
+    metavar="SCENARIO",
+    default=None,
+    help="Run on the simulator with this scenario (a shipped name or a YAML path).",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["json", "console"]),
+    default=None,
+    help="json lines (default, for journald) or console for people.",
+)
 def run(config_path: Path | None, simulate: str | None, log_format: str | None) -> None:
     """Run the health daemon until SIGTERM; SIGHUP reloads the config."""
     try:

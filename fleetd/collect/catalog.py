@@ -566,6 +566,49 @@ REMEDIATION_METRICS: tuple[MetricSpec, ...] = (
         "",
         "GPUs the remediation cap counts as out of service, in its scope (this node, or the fleet).",
         "scope",
+STORE_METRICS: tuple[MetricSpec, ...] = (
+    _m(
+        "fleetd_store_errors_total",
+        "counter",
+        "",
+        "Failed storage operations by op: open, write, read, maintenance, event, corrupt (a corrupt file moved aside).",
+        "op",
+    ),
+    _m(
+        "fleetd_store_degraded",
+        "gauge",
+        "",
+        "1 while storage writes fail and polls are kept in memory only (rules keep evaluating from memory).",
+    ),
+    _m(
+        "fleetd_store_samples_written_total",
+        "counter",
+        "",
+        "Samples written to the local database.",
+    ),
+    _m(
+        "fleetd_store_disk_bytes",
+        "gauge",
+        "bytes",
+        "Bytes the local database takes on disk (SQLite file and WAL, or PostgreSQL relation sizes).",
+    ),
+    _m(
+        "fleetd_store_budget_dropped_bytes_total",
+        "counter",
+        "bytes",
+        "Stored telemetry deleted early, oldest first, to keep the database within its disk budget.",
+    ),
+    _m(
+        "fleetd_store_backlog_polls",
+        "gauge",
+        "",
+        "Polls held in memory waiting for the database to accept writes again.",
+    ),
+    _m(
+        "fleetd_store_backlog_dropped_polls_total",
+        "counter",
+        "",
+        "Polls never written because the in-memory backlog was full during a storage outage.",
     ),
 )
 
@@ -578,6 +621,7 @@ CATALOG: dict[str, MetricSpec] = {
         RULE_METRICS,
         ALERT_METRICS,
         REMEDIATION_METRICS,
+        STORE_METRICS,
     )
     for spec in group
 }

@@ -517,7 +517,13 @@ class SimulatedAmdSmi:
 
     def amdsmi_get_gpu_memory_reserved_pages(self, processor_handle: Any) -> list[dict[str, Any]]:
         handle = _handle(processor_handle)
-        return _pages(_invoke(self.lib.amdsmi_get_gpu_memory_reserved_pages, handle))
+        pages = _invoke(self.lib.amdsmi_get_gpu_memory_reserved_pages, handle)
+        if pages:
+            # amdsmi 7.0.2 sizes its record array with the c_uint32 count itself (not its
+            # .value), so as soon as one page is reserved the real call raises this TypeError
+            # (found by running the real package over the emulated library, fleetd.sim.libemu)
+            raise TypeError("can't multiply sequence by non-int of type 'c_uint'")
+        return _pages(pages)
 
     def amdsmi_get_gpu_cper_entries(
         self,

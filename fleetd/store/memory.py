@@ -11,6 +11,7 @@ A missing reading (``value is None``) is not stored: its series simply goes stal
 
 from __future__ import annotations
 
+import threading
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
@@ -60,6 +61,7 @@ class MemoryWindow:
         self._select_cache: dict[tuple[str, tuple[Matcher, ...]], tuple[int, list[_Series]]] = {}
         self._complete_after: float | None = None
         self._samples = 0
+        self._lock = threading.RLock()  # the poll appends while the API may be reading
 
     # ------------------------------------------------------------------------- state
     @property
@@ -90,74 +92,92 @@ class MemoryWindow:
     # ------------------------------------------------------------------------ writing
     def append(self, readings: Iterable[Reading]) -> None:
         """Add one poll's readings; missing ones (``value is None``) are skipped."""
-        metrics = self._metrics
-        last_raw: float | None = None
-        last_norm = 0.0
-        earliest: float | None = None
-        added = 0
-        for reading in readings:
-            value = reading.value
-            if value is None:
-                continue
-            raw_ts = reading.ts
-            if raw_ts != last_raw:
-                last_raw = raw_ts
-                last_norm = round(raw_ts * 1000.0) / 1000.0
-                if earliest is None or last_norm < earliest:
-                    earliest = last_norm
-            by_labels = metrics.get(reading.metric)
-            if by_labels is None:
-                by_labels = metrics[reading.metric] = {}
-            series = by_labels.get(reading.labels)
-            if series is None:
-                series = by_labels[reading.labels] = _Series(reading.key)
-                self._versions[reading.metric] = self._versions.get(reading.metric, 0) + 1
-            before = len(series.ts)
-            series.put(last_norm, float(value))
-            added += len(series.ts) - before
-        self._samples += added
-        if self._complete_after is None and earliest is not None:
-            self._complete_after = (functions.to_ms(earliest) - 1) / 1000.0
+        with self._lock:
+            metrics = self._metrics
+            last_raw: float | None = None
+            last_norm = 0.0
+            earliest: float | None = None
+            added = 0
+            for reading in readings:
+                value = reading.value
+                if value is None:
+                    continue
+                raw_ts = reading.ts
+                if raw_ts != last_raw:
+                    last_raw = raw_ts
+                    last_norm = round(raw_ts * 1000.0) / 1000.0
+                    if earliest is None or last_norm < earliest:
+                        earliest = last_norm
+                by_labels = metrics.get(reading.metric)
+                if by_labels is None:
+                    by_labels = metrics[reading.metric] = {}
+                series = by_labels.get(reading.labels)
+                if series is None:
+                    series = by_labels[reading.labels] = _Series(reading.key)
+                    self._versions[reading.metric] = self._versions.get(reading.metric, 0) + 1
+                before = len(series.ts)
+                series.put(last_norm, float(value))
+                added += len(series.ts) - before
+            self._samples += added
+            if self._complete_after is None and earliest is not None:
+                self._complete_after = (functions.to_ms(earliest) - 1) / 1000.0
 
     def load(self, data: Mapping[SeriesKey, Sequence[Sample]], *, complete_after: float) -> None:
         """Warm the window (at start-up) with every stored sample later than ``complete_after``."""
         for key, samples in data.items():
+            self.load_columns(
+                key,
+                [s.ts for s in samples if s.ts > complete_after],
+                [s.value for s in samples if s.ts > complete_after],
+            )
+        self.mark_complete_after(complete_after)
+
+    def load_columns(self, key: SeriesKey, ts: Sequence[float], values: Sequence[float]) -> None:
+        """Merge stored samples of one series (time-sorted columns) into the window."""
+        with self._lock:
             by_labels = self._metrics.setdefault(key.metric, {})
             series = by_labels.get(key.labels)
             if series is None:
                 series = by_labels[key.labels] = _Series(key)
                 self._versions[key.metric] = self._versions.get(key.metric, 0) + 1
             before = len(series.ts)
-            for ts, value in samples:
-                if ts > complete_after:
-                    series.put(functions.normalize_ts(ts), float(value))
+            if not series.ts or (ts and ts[0] > series.ts[-1]):
+                series.ts.extend(functions.normalize_ts(t) for t in ts)
+                series.values.extend(float(v) for v in values)
+            else:
+                for t, v in zip(ts, values, strict=True):
+                    series.put(functions.normalize_ts(t), float(v))
             self._samples += len(series.ts) - before
-        if self._complete_after is None or complete_after < self._complete_after:
-            self._complete_after = complete_after
+
+    def mark_complete_after(self, when: float) -> None:
+        """Declare that every sample later than ``when`` has been loaded or appended."""
+        if self._complete_after is None or when < self._complete_after:
+            self._complete_after = when
 
     def prune(self, now: float) -> None:
         """Forget samples at or before ``now - retention``; series left empty are dropped."""
-        horizon = now - self._retention
-        for metric in list(self._metrics):
-            by_labels = self._metrics[metric]
-            emptied = []
-            for labels, series in by_labels.items():
-                times = series.ts
-                if times and times[0] <= horizon:
-                    cut = bisect_right(times, horizon)
-                    del times[:cut]
-                    del series.values[:cut]
-                    self._samples -= cut
-                    if not times:
-                        emptied.append(labels)
-            if emptied:
-                for labels in emptied:
-                    del by_labels[labels]
-                self._versions[metric] = self._versions.get(metric, 0) + 1
-                if not by_labels:
-                    del self._metrics[metric]
-        if self._complete_after is not None and horizon > self._complete_after:
-            self._complete_after = horizon
+        with self._lock:
+            horizon = now - self._retention
+            for metric in list(self._metrics):
+                by_labels = self._metrics[metric]
+                emptied = []
+                for labels, series in by_labels.items():
+                    times = series.ts
+                    if times and times[0] <= horizon:
+                        cut = bisect_right(times, horizon)
+                        del times[:cut]
+                        del series.values[:cut]
+                        self._samples -= cut
+                        if not times:
+                            emptied.append(labels)
+                if emptied:
+                    for labels in emptied:
+                        del by_labels[labels]
+                    self._versions[metric] = self._versions.get(metric, 0) + 1
+                    if not by_labels:
+                        del self._metrics[metric]
+            if self._complete_after is not None and horizon > self._complete_after:
+                self._complete_after = horizon
 
     # ------------------------------------------------------------------------ reading
     def _select(self, metric: str, matchers: Sequence[Matcher]) -> list[_Series]:
@@ -178,7 +198,8 @@ class MemoryWindow:
         return chosen
 
     def series(self, metric: str, matchers: Sequence[Matcher] = ()) -> list[SeriesKey]:
-        return [s.key for s in self._select(metric, matchers)]
+        with self._lock:
+            return [s.key for s in self._select(metric, matchers)]
 
     def latest(
         self,
@@ -188,18 +209,19 @@ class MemoryWindow:
         now: float,
         max_age: float | None = None,
     ) -> dict[SeriesKey, Sample]:
-        oldest = None if max_age is None else now - max_age
-        out: dict[SeriesKey, Sample] = {}
-        for series in self._select(metric, matchers):
-            times = series.ts
-            i = len(times) if times and times[-1] <= now else bisect_right(times, now)
-            if i == 0:
-                continue
-            ts = times[i - 1]
-            if oldest is not None and ts < oldest:
-                continue
-            out[series.key] = Sample(ts, series.values[i - 1])
-        return out
+        with self._lock:
+            oldest = None if max_age is None else now - max_age
+            out: dict[SeriesKey, Sample] = {}
+            for series in self._select(metric, matchers):
+                times = series.ts
+                i = len(times) if times and times[-1] <= now else bisect_right(times, now)
+                if i == 0:
+                    continue
+                ts = times[i - 1]
+                if oldest is not None and ts < oldest:
+                    continue
+                out[series.key] = Sample(ts, series.values[i - 1])
+            return out
 
     def window(
         self,
@@ -210,22 +232,23 @@ class MemoryWindow:
         window: float,
         now: float,
     ) -> dict[SeriesKey, float]:
-        start = now - window
-        out: dict[SeriesKey, float] = {}
-        evaluate = functions.evaluate
-        for series in self._select(metric, matchers):
-            times = series.ts
-            hi = len(times) if times and times[-1] <= now else bisect_right(times, now)
-            lo = bisect_right(times, start, 0, hi)
-            if hi <= lo:
-                continue
-            if fn == "last":
-                out[series.key] = series.values[hi - 1]
-                continue
-            value = evaluate(fn, (times[lo], times[hi - 1]), series.values[lo:hi])
-            if value is not None:
-                out[series.key] = value
-        return out
+        with self._lock:
+            start = now - window
+            out: dict[SeriesKey, float] = {}
+            evaluate = functions.evaluate
+            for series in self._select(metric, matchers):
+                times = series.ts
+                hi = len(times) if times and times[-1] <= now else bisect_right(times, now)
+                lo = bisect_right(times, start, 0, hi)
+                if hi <= lo:
+                    continue
+                if fn == "last":
+                    out[series.key] = series.values[hi - 1]
+                    continue
+                value = evaluate(fn, (times[lo], times[hi - 1]), series.values[lo:hi])
+                if value is not None:
+                    out[series.key] = value
+            return out
 
     def range(
         self,
@@ -238,30 +261,32 @@ class MemoryWindow:
         agg: RangeAgg = "last",
     ) -> dict[SeriesKey, list[Sample]]:
         """Samples in ``[start, end]``; with ``step``, one ``agg`` sample per step bucket."""
-        out: dict[SeriesKey, list[Sample]] = {}
-        for series in self._select(metric, matchers):
-            times = series.ts
-            if step is None:
-                lo = bisect_left(times, start)
-                hi = bisect_right(times, end)
-                samples = list(map(Sample, times[lo:hi], series.values[lo:hi]))
-            else:
-                samples = functions.downsample(
-                    times, series.values, start=start, end=end, step=step, agg=agg
-                )
-            if samples:
-                out[series.key] = samples
-        return out
+        with self._lock:
+            out: dict[SeriesKey, list[Sample]] = {}
+            for series in self._select(metric, matchers):
+                times = series.ts
+                if step is None:
+                    lo = bisect_left(times, start)
+                    hi = bisect_right(times, end)
+                    samples = list(map(Sample, times[lo:hi], series.values[lo:hi]))
+                else:
+                    samples = functions.downsample(
+                        times, series.values, start=start, end=end, step=step, agg=agg
+                    )
+                if samples:
+                    out[series.key] = samples
+            return out
 
     def summaries(
         self, metric: str, matchers: Sequence[Matcher] = (), *, start: float, end: float
     ) -> dict[SeriesKey, Summary]:
         """A ``Summary`` per series of the samples in ``(start, end]``, for combining with
         the database's older part of a window."""
-        out: dict[SeriesKey, Summary] = {}
-        for series in self._select(metric, matchers):
-            lo, hi = functions.window_slice(series.ts, start, end)
-            summary = functions.summarize(series.ts[lo:hi], series.values[lo:hi])
-            if summary is not None:
-                out[series.key] = summary
-        return out
+        with self._lock:
+            out: dict[SeriesKey, Summary] = {}
+            for series in self._select(metric, matchers):
+                lo, hi = functions.window_slice(series.ts, start, end)
+                summary = functions.summarize(series.ts[lo:hi], series.values[lo:hi])
+                if summary is not None:
+                    out[series.key] = summary
+            return out

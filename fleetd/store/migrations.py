@@ -1,18 +1,131 @@
 """Schema migrations: ``STEPS[v]`` turns a version ``v - 1`` database into version ``v``.
 
-Steps use plain DDL/DML on the connection they are given (inside one transaction), so they
-run the same on SQLite and PostgreSQL.
+Steps use plain DDL/DML on the connection they are given (inside one transaction, together
+with the version bump), so they run the same on SQLite and PostgreSQL. A step declares the
+tables it creates *as they were at that version* (its own MetaData), never the current
+definitions, so a chain of steps stays correct when tables change again later.
+
+History:
+
+1. ``fleetd_series``, ``fleetd_samples`` (one row per sample, float seconds),
+   ``fleetd_events`` (without ``actor``).
+2. Compact storage: raw samples move to ``fleetd_samples_head`` (one row per poll, integer
+   milliseconds) and compressed ``fleetd_sample_chunks``; rollup chunks and store
+   watermarks appear; events gain ``actor``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from sqlalchemy import Connection
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Connection,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    SmallInteger,
+    String,
+    Table,
+    UniqueConstraint,
+    text,
+)
 
 from fleetd.errors import StoreError
+from fleetd.store import headrows
 
-STEPS: dict[int, Callable[[Connection], None]] = {}
+
+def _v2_tables() -> MetaData:
+    meta = MetaData()
+    Table(
+        "fleetd_samples_head",
+        meta,
+        Column("id", Integer, primary_key=True, autoincrement=True),
+        Column("ts", BigInteger, nullable=False),
+        Column("sids", LargeBinary, nullable=False),
+        Column("vals", LargeBinary, nullable=False),
+        Index("ix_fleetd_samples_head_ts", "ts"),
+    )
+    Table(
+        "fleetd_sample_chunks",
+        meta,
+        Column("id", Integer, primary_key=True, autoincrement=True),
+        Column("series_id", Integer, nullable=False),
+        Column("start_ts", BigInteger, nullable=False),
+        Column("first_ts", BigInteger, nullable=False),
+        Column("last_ts", BigInteger, nullable=False),
+        Column("count", Integer, nullable=False),
+        Column("data", LargeBinary, nullable=False),
+        UniqueConstraint("series_id", "start_ts", name="uq_fleetd_sample_chunks_key"),
+        Index("ix_fleetd_sample_chunks_last_ts", "last_ts"),
+    )
+    Table(
+        "fleetd_rollup_chunks",
+        meta,
+        Column("id", Integer, primary_key=True, autoincrement=True),
+        Column("tier", SmallInteger, nullable=False),
+        Column("series_id", Integer, nullable=False),
+        Column("start_ts", BigInteger, nullable=False),
+        Column("first_ts", BigInteger, nullable=False),
+        Column("last_ts", BigInteger, nullable=False),
+        Column("count", Integer, nullable=False),
+        Column("data", LargeBinary, nullable=False),
+        UniqueConstraint("tier", "series_id", "start_ts", name="uq_fleetd_rollup_chunks_key"),
+        Index("ix_fleetd_rollup_chunks_last_ts", "tier", "last_ts"),
+    )
+    Table(
+        "fleetd_store_state",
+        meta,
+        Column("key", String(64), primary_key=True),
+        Column("value", BigInteger, nullable=False),
+    )
+    return meta
+
+
+def _to_v2(conn: Connection) -> None:
+    """Per-sample rows → per-poll head rows in milliseconds (compaction chunks them later);
+    events gain ``actor``."""
+    conn.execute(text("ALTER TABLE fleetd_events ADD COLUMN actor VARCHAR(200)"))
+    meta = _v2_tables()
+    meta.create_all(conn)
+    head = meta.tables["fleetd_samples_head"]
+    rows = conn.execution_options(yield_per=_MIGRATION_BATCH).execute(
+        text("SELECT ts, series_id, value FROM fleetd_samples ORDER BY ts, series_id")
+    )
+    batch: list[dict[str, object]] = []
+    current: int | None = None
+    poll: dict[int, float] = {}
+    for ts, sid, value in rows:
+        ms = round(float(ts) * 1000.0)
+        if ms != current:
+            if poll and current is not None:
+                batch.append(_poll_row(current, poll))
+            current, poll = ms, {}
+            if len(batch) >= _MIGRATION_BATCH // 100:
+                conn.execute(head.insert(), batch)
+                batch = []
+        poll[int(sid)] = float(value)
+    if poll and current is not None:
+        batch.append(_poll_row(current, poll))
+    if batch:
+        conn.execute(head.insert(), batch)
+    conn.execute(text("DROP TABLE fleetd_samples"))
+
+
+def _poll_row(ms: int, poll: dict[int, float]) -> dict[str, object]:
+    return {
+        "ts": ms,
+        "sids": headrows.pack_ids(list(poll)),
+        "vals": headrows.pack_values(list(poll.values())),
+    }
+
+
+_MIGRATION_BATCH = 10_000
+
+
+STEPS: dict[int, Callable[[Connection], None]] = {2: _to_v2}
 
 
 def apply(version: int, conn: Connection) -> None:

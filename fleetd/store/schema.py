@@ -14,7 +14,7 @@ from sqlalchemy import Column, Integer, MetaData, String, Table
 
 METADATA = MetaData()
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 schema_version_table = Table(
     "fleetd_schema_version",
@@ -28,6 +28,8 @@ TABLE_MODULES: tuple[str, ...] = (
     "fleetd.store.outbox",
     "fleetd.store.silences",
     "fleetd.store.alert_state",
+    "fleetd.store.tables",
+    "fleetd.store.events",
     "fleetd.store.journal",
 )
 """Modules that declare tables on METADATA; imported before the schema is created or checked."""

@@ -92,6 +92,8 @@ def read(call: Callable[[], Any], exc_base: type[Exception]) -> Any:
         return call()
     except exc_base as err:
         return f"EXC:{getattr(err, 'err_code', None)}"
+    except TypeError as err:  # amdsmi 7.0.2's own bugs (e.g. reserved pages) raise these
+        return f"EXC:TypeError:{err}"
 
 
 def snapshot(a: SimulatedAmdSmi) -> dict[str, Any]:

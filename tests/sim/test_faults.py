@@ -97,7 +97,7 @@ def test_uncorrectable_error_counts_and_retires_a_pending_page() -> None:
         paths,
         rf"{g}/(amdsmi_get_gpu_total_ecc_count/uncorrectable_count"
         r"|amdsmi_get_gpu_ecc_count:UMC/uncorrectable_count|amdsmi_get_gpu_ecc_status:UMC"
-        r"|amdsmi_get_gpu_(bad_page_info|memory_reserved_pages)/0/\w+)",
+        r"|amdsmi_get_gpu_bad_page_info/0/\w+|amdsmi_get_gpu_memory_reserved_pages)",
     )
     assert snap[f"{bdf(3)}/amdsmi_get_gpu_total_ecc_count/uncorrectable_count"] == 1
     assert snap[f"{bdf(3)}/amdsmi_get_gpu_bad_page_info/0/status"] == 1  # PENDING
@@ -122,7 +122,7 @@ def test_bad_pages_retire_at_a_rate_up_to_the_count() -> None:
     t.faulty.inject(0, "bad_pages", rate_per_s=0.5, count=10)
     paths, snap = t.diff()
     g = re.escape(bdf(0))
-    assert not outside(paths, rf"{g}/amdsmi_get_gpu_(bad_page_info|memory_reserved_pages)/\d/\w+")
+    assert not outside(paths, rf"{g}/amdsmi_get_gpu_(bad_page_info/\d/\w+|memory_reserved_pages$)")
     pages = [k for k in snap if k.startswith(f"{bdf(0)}/amdsmi_get_gpu_bad_page_info/")]
     assert len(pages) == 10 * 4  # value, page_address, page_size, status
 

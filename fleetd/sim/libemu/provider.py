@@ -1,0 +1,473 @@
+"""SimProvider: answers the emulated libamd_smi.so's calls from a simulated node.
+
+Each C call arrives as (symbol, raw uint64 arguments). The arguments are decoded with the
+``argtypes`` of the REAL ``amdsmi.amdsmi_wrapper`` (so an out-pointer becomes a typed pointer
+to the real package's own ctypes structure), the simulator's C-level layer
+(``fleetd.sim.raw.RawLibrary``, the same one behind ``SimulatedAmdSmi``) computes the raw
+record or the status code, and the record is copied field by field into that structure.
+Unsupported fields therefore carry the same UINT-max sentinels a real library leaves there,
+and the real wrapper converts them — or forgets to — exactly as it does on hardware.
+
+A handler exists for every C function the simulator models; any other bound symbol answers
+AMDSMI_STATUS_NOT_SUPPORTED. A Python error inside a handler is never allowed to look like
+success: it is recorded in ``errors`` and the call returns AMDSMI_STATUS_INTERNAL_EXCEPTION.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import struct
+import threading
+import traceback
+from collections import Counter
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any
+
+from fleetd.sim import wrapper as w
+from fleetd.sim.raw import RawLibrary, SmiStatusError
+
+Handler = Callable[..., int | None]
+
+
+class SimProvider:
+    """The C library's behaviour over one ``RawLibrary`` (and so over one SimNode).
+
+    ``wrapper`` is the real ``amdsmi.amdsmi_wrapper`` module: its ``argtypes`` decode the
+    arguments and its structure classes are what gets filled.
+    """
+
+    def __init__(self, wrapper: ModuleType, lib: RawLibrary) -> None:
+        self.wrapper = wrapper
+        self.lib = lib
+        self.errors: list[str] = []
+        """Tracebacks of handler failures (each returned INTERNAL_EXCEPTION to the caller)."""
+        self.unhandled: Counter[str] = Counter()
+        """Calls to symbols the simulator does not model (answered NOT_SUPPORTED)."""
+        self.calls: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._handlers: dict[str, Handler] = {
+            name: getattr(self, name) for name in dir(type(self)) if name.startswith("amdsmi_")
+        }
+        self._argtypes: dict[str, Sequence[Any]] = {}
+
+    @property
+    def provided(self) -> frozenset[str]:
+        """The C symbols this provider answers."""
+        return frozenset(self._handlers)
+
+    # ------------------------------------------------------------------ dispatch
+    def call(self, symbol: str, raw: Sequence[int]) -> int:
+        """Run one C call; returns its amdsmi_status_t."""
+        handler = self._handlers.get(symbol)
+        with self._lock:
+            self.calls[symbol] += 1
+            if handler is None:
+                self.unhandled[symbol] += 1
+        if handler is None:
+            return int(w.AMDSMI_STATUS_NOT_SUPPORTED)
+        try:
+            status = handler(*self._decode(symbol, raw))
+        except SmiStatusError as err:
+            return int(err.status)
+        except Exception:
+            with self._lock:
+                self.errors.append(f"{symbol}: {traceback.format_exc()}")
+            return int(w.AMDSMI_STATUS_INTERNAL_EXCEPTION)
+        return int(w.AMDSMI_STATUS_SUCCESS if status is None else status)
+
+    def _decode(self, symbol: str, raw: Sequence[int]) -> list[Any]:
+        argtypes = self._argtypes.get(symbol)
+        if argtypes is None:
+            argtypes = tuple(getattr(self.wrapper, symbol).argtypes)
+            self._argtypes[symbol] = argtypes
+        if len(argtypes) != len(raw):  # the library was built from another wrapper
+            raise ValueError(f"{len(raw)} arguments, the wrapper declares {len(argtypes)}")
+        return [decode_argument(kind, value) for kind, value in zip(argtypes, raw, strict=True)]
+
+    # ------------------------------------------------------------------ lifecycle, discovery
+    def amdsmi_init(self, flags: int) -> None:
+        self.lib.amdsmi_init(flags)
+
+    def amdsmi_shut_down(self) -> None:
+        self.lib.amdsmi_shut_down()
+
+    def amdsmi_get_socket_handles(self, count: Any, handles: Any) -> None:
+        _handles_out(self.lib.amdsmi_get_socket_handles(), count, handles)
+
+    def amdsmi_get_socket_info(self, socket: int, size: int, name: Any) -> None:
+        _text_out(name, size, self.lib.amdsmi_get_socket_info(socket))
+
+    def amdsmi_get_processor_handles(self, socket: int, count: Any, handles: Any) -> None:
+        _handles_out(self.lib.amdsmi_get_processor_handles(socket), count, handles)
+
+    def amdsmi_get_processor_type(self, handle: int, out: Any) -> None:
+        _need(out)[0] = self.lib.amdsmi_get_processor_type(handle)
+
+    def amdsmi_get_processor_handle_from_bdf(self, bdf: Any, out: Any) -> None:
+        b = bdf.struct_amdsmi_bdf_t
+        found = self.lib.amdsmi_get_processor_handle_from_bdf(
+            b.domain_number, b.bus_number, b.device_number, b.function_number
+        )
+        _need(out)[0] = found
+
+    # ------------------------------------------------------------------ identity
+    def amdsmi_get_gpu_device_bdf(self, handle: int, out: Any) -> None:
+        fill(_target(out), self.lib.amdsmi_get_gpu_device_bdf(handle))
+
+    def amdsmi_get_gpu_device_uuid(self, handle: int, length: Any, out: Any) -> None:
+        size = _need(length)[0]
+        _text_out(out, size, self.lib.amdsmi_get_gpu_device_uuid(handle))
+
+    def amdsmi_get_gpu_enumeration_info(self, handle: int, out: Any) -> None:
+        fill(_target(out), self.lib.amdsmi_get_gpu_enumeration_info(handle))
+
+    def amdsmi_get_gpu_asic_info(self, handle: int, out: Any) -> None:
+        fill(_target(out), self.lib.amdsmi_get_gpu_asic_info(handle))
+
+    def amdsmi_get_gpu_board_info(self, handle: int, out: Any) -> None:
+        fill(_target(out), self.lib.amdsmi_get_gpu_board_info(handle))
+
+    def amdsmi_get_gpu_kfd_info(self, handle: int, out: Any) -> None:
+        fill(_target(out), self.lib.amdsmi_get_gpu_kfd_info(handle))
+
+    def amdsmi_get_gpu_driver_info(self, handle: int, out: Any) -> None:
+        fill(_target(out), self.lib.amdsmi_get_gpu_driver_info(handle))
+
+    def amdsmi_get_gpu_vbios_info(self, handle: int, out: Any) -> None:
+        fill(_target(out), self.lib.amdsmi_get_gpu_vbios_info(handle))
+
+    def amdsmi_get_gpu_vram_info(self, handle: int, out: Any) -> None:
+        fill(_target(out), self.lib.amdsmi_get_gpu_vram_info(handle))
+
+    # ------------------------------------------------------------------ temperature, power
+    def amdsmi_get_temp_metric(self, handle: int, sensor: int, metric: int, out: Any) -> None:
+        _need(out)[0] = self.lib.amdsmi_get_temp_metric(handle, sensor, metric)
+
+    def amdsmi_get_power_info(self, handle: int, out: Any) -> None:
+        fill(_target(out), self.lib.amdsmi_get_power_info(handle))
+
+    def amdsmi_get_power_cap_info(self, handle: int, sensor: int, out: Any) -> None:
+        fill(_target(out), self.lib.amdsmi_get_power_cap_info(handle, sensor))
+
+    def amdsmi_get_energy_count(
+        self, handle: int, accumulator: Any, resolution: Any, timestamp: Any
+    ) -> None:
+        for pointer in (accumulator, resolution, timestamp):
+            _need(pointer)
+        energy = self.lib.amdsmi_get_energy_count(handle)
+        accumulator[0] = energy.energy_accumulator
+        resolution[0] = energy.counter_resolution
+        timestamp[0] = energy.timestamp
+
+    # ------------------------------------------------------------------ activity, memory, clocks
+    def amdsmi_get_gpu_activity(self, handle: int, out: Any) -> None:
+        fill(_target(out), self.lib.amdsmi_get_gpu_activity(handle))
+
+    def amdsmi_get_gpu_vram_usage(self, handle: int, out: Any) -> None:
+        fill(_target(out), self.lib.amdsmi_get_gpu_vram_usage(handle))
+
+    def amdsmi_get_gpu_memory_total(self, handle: int, mem_type: int, out: Any) -> None:
+        _need(out)[0] = self.lib.amdsmi_get_gpu_memory_total(handle, mem_type)
+
+    def amdsmi_get_gpu_memory_usage(self, handle: int, mem_type: int, out: Any) -> None:
+        _need(out)[0] = self.lib.amdsmi_get_gpu_memory_usage(handle, mem_type)
+
+    def amdsmi_get_clock_info(self, handle: int, clk_type: int, out: Any) -> None:
+        fill(_target(out), self.lib.amdsmi_get_clock_info(handle, clk_type))
+
+    # ------------------------------------------------------------------ ECC / RAS
+    def amdsmi_get_gpu_total_ecc_count(self, handle: int, out: Any) -> None:
+        fill(_target(out), self.lib.amdsmi_get_gpu_total_ecc_count(handle))
+
+    def amdsmi_get_gpu_ecc_count(self, handle: int, block: int, out: Any) -> None:
+        fill(_target(out), self.lib.amdsmi_get_gpu_ecc_count(handle, block))
+
+    def amdsmi_get_gpu_ecc_enabled(self, handle: int, out: Any) -> None:
+        _need(out)[0] = self.lib.amdsmi_get_gpu_ecc_enabled(handle)
+
+    def amdsmi_get_gpu_ecc_status(self, handle: int, block: int, out: Any) -> None:
+        _need(out)[0] = self.lib.amdsmi_get_gpu_ecc_status(handle, block)
+
+    def amdsmi_get_gpu_ras_feature_info(self, handle: int, out: Any) -> None:
+        fill(_target(out), self.lib.amdsmi_get_gpu_ras_feature_info(handle))
+
+    def amdsmi_get_gpu_ras_block_features_enabled(self, handle: int, block: int, out: Any) -> None:
+        _need(out)[0] = self.lib.amdsmi_get_gpu_ras_block_features_enabled(handle, block)
+
+    def amdsmi_get_gpu_bad_page_info(self, handle: int, count: Any, out: Any) -> None:
+        _records_out(self.lib.amdsmi_get_gpu_bad_page_info(handle), count, out)
+
+    def amdsmi_get_gpu_memory_reserved_pages(self, handle: int, count: Any, out: Any) -> None:
+        _records_out(self.lib.amdsmi_get_gpu_memory_reserved_pages(handle), count, out)
+
+    def amdsmi_get_gpu_bad_page_threshold(self, handle: int, out: Any) -> None:
+        _need(out)[0] = self.lib.amdsmi_get_gpu_bad_page_threshold(handle)
+
+    def amdsmi_get_gpu_cper_entries(
+        self,
+        handle: int,
+        severity_mask: int,
+        buffer: Any,
+        buffer_size: Any,
+        headers: Any,
+        entry_count: Any,
+        cursor: Any,
+    ) -> int:
+        for pointer in (buffer, buffer_size, headers, entry_count, cursor):
+            _need(pointer)
+        records, next_cursor, status = self.lib.amdsmi_get_gpu_cper_entries(
+            handle, severity_mask, buffer_size[0], cursor[0], max_entries=entry_count[0]
+        )
+        base = _address(buffer)
+        header_type = type(headers)._type_  # POINTER(amdsmi_cper_hdr_t)
+        offset = 0
+        for i, record in enumerate(records):
+            ctypes.memmove(base + offset, record.data, len(record.data))
+            headers[i] = ctypes.cast(ctypes.c_void_p(base + offset), header_type)
+            offset += len(record.data)
+        entry_count[0] = len(records)
+        buffer_size[0] = offset
+        cursor[0] = next_cursor
+        return status
+
+    # ------------------------------------------------------------------ PCIe
+    def amdsmi_get_pcie_info(self, handle: int, out: Any) -> None:
+        fill(_target(out), self.lib.amdsmi_get_pcie_info(handle))
+
+    def amdsmi_get_gpu_pci_replay_counter(self, handle: int, out: Any) -> None:
+        _need(out)[0] = self.lib.amdsmi_get_gpu_pci_replay_counter(handle)
+
+    # ------------------------------------------------------------------ XGMI, topology
+    def amdsmi_get_xgmi_info(self, handle: int, out: Any) -> None:
+        fill(_target(out), self.lib.amdsmi_get_xgmi_info(handle))
+
+    def amdsmi_gpu_xgmi_error_status(self, handle: int, out: Any) -> None:
+        _need(out)[0] = self.lib.amdsmi_gpu_xgmi_error_status(handle)
+
+    def amdsmi_reset_gpu_xgmi_error(self, handle: int) -> None:
+        self.lib.amdsmi_reset_gpu_xgmi_error(handle)
+
+    def amdsmi_get_gpu_xgmi_link_status(self, handle: int, out: Any) -> None:
+        fill(_target(out), self.lib.amdsmi_get_gpu_xgmi_link_status(handle))
+
+    def amdsmi_get_link_metrics(self, handle: int, out: Any) -> None:
+        fill(_target(out), self.lib.amdsmi_get_link_metrics(handle))
+
+    def amdsmi_get_link_topology_nearest(self, handle: int, link_type: int, out: Any) -> None:
+        target = _target(out)
+        found = self.lib.amdsmi_get_link_topology_nearest(handle, link_type)
+        slots = len(target.processor_list)
+        target.count = min(len(found), slots)
+        for i, peer in enumerate(found[:slots]):
+            target.processor_list[i] = peer
+
+    def amdsmi_topo_get_link_type(self, src: int, dst: int, hops: Any, kind: Any) -> None:
+        _need(hops)
+        _need(kind)
+        hops[0], kind[0] = self.lib.amdsmi_topo_get_link_type(src, dst)
+
+    def amdsmi_topo_get_link_weight(self, src: int, dst: int, out: Any) -> None:
+        _need(out)[0] = self.lib.amdsmi_topo_get_link_weight(src, dst)
+
+    def amdsmi_get_minmax_bandwidth_between_processors(
+        self, src: int, dst: int, low: Any, high: Any
+    ) -> None:
+        _need(low)
+        _need(high)
+        low[0], high[0] = self.lib.amdsmi_get_minmax_bandwidth_between_processors(src, dst)
+
+    def amdsmi_is_P2P_accessible(self, src: int, dst: int, out: Any) -> None:
+        _need(out)[0] = self.lib.amdsmi_is_P2P_accessible(src, dst)
+
+    def amdsmi_topo_get_numa_node_number(self, handle: int, out: Any) -> None:
+        _need(out)[0] = self.lib.amdsmi_topo_get_numa_node_number(handle)
+
+    def amdsmi_get_gpu_topo_numa_affinity(self, handle: int, out: Any) -> None:
+        _need(out)[0] = self.lib.amdsmi_get_gpu_topo_numa_affinity(handle)
+
+    def amdsmi_get_gpu_compute_partition(self, handle: int, out: Any, length: int) -> None:
+        _text_out(out, length, self.lib.amdsmi_get_gpu_compute_partition(handle))
+
+    def amdsmi_get_gpu_memory_partition(self, handle: int, out: Any, length: int) -> None:
+        _text_out(out, length, self.lib.amdsmi_get_gpu_memory_partition(handle))
+
+    # ------------------------------------------------------------------ gpu_metrics, violations
+    def amdsmi_get_gpu_metrics_header_info(self, handle: int, out: Any) -> None:
+        fill(_target(out), self.lib.amdsmi_get_gpu_metrics_header_info(handle))
+
+    def amdsmi_get_gpu_metrics_info(self, handle: int, out: Any) -> None:
+        fill(_target(out), self.lib.amdsmi_get_gpu_metrics_info(handle))
+
+    def amdsmi_get_violation_status(self, handle: int, out: Any) -> None:
+        fill(_target(out), self.lib.amdsmi_get_violation_status(handle))
+
+    # ------------------------------------------------------------------ processes, reset
+    def amdsmi_get_gpu_process_list(self, handle: int, count: Any, out: Any) -> int | None:
+        room = _need(count)[0]
+        procs = self.lib.amdsmi_get_gpu_process_list(handle)
+        if not out:
+            count[0] = len(procs)
+            return None
+        for i, proc in enumerate(procs[:room]):
+            fill(out[i], proc)
+        count[0] = min(room, len(procs))
+        return int(w.AMDSMI_STATUS_OUT_OF_RESOURCES) if len(procs) > room else None
+
+    def amdsmi_get_gpu_compute_process_info(self, out: Any, count: Any) -> None:
+        _records_out(self.lib.amdsmi_get_gpu_compute_process_info(), count, out)
+
+    def amdsmi_get_gpu_compute_process_info_by_pid(self, pid: int, out: Any) -> None:
+        fill(_target(out), self.lib.amdsmi_get_gpu_compute_process_info_by_pid(pid))
+
+    def amdsmi_reset_gpu(self, handle: int) -> None:
+        self.lib.amdsmi_reset_gpu(handle)
+
+    # ------------------------------------------------------------------ KFD events
+    def amdsmi_init_gpu_event_notification(self, handle: int) -> None:
+        self.lib.amdsmi_init_gpu_event_notification(handle)
+
+    def amdsmi_set_gpu_event_notification_mask(self, handle: int, mask: int) -> None:
+        self.lib.amdsmi_set_gpu_event_notification_mask(handle, mask)
+
+    def amdsmi_stop_gpu_event_notification(self, handle: int) -> None:
+        self.lib.amdsmi_stop_gpu_event_notification(handle)
+
+    def amdsmi_get_gpu_event_notification(self, timeout_ms: int, count: Any, out: Any) -> None:
+        room = _need(count)[0]
+        _need(out)
+        events = self.lib.amdsmi_get_gpu_event_notification(timeout_ms, room)
+        for i, event in enumerate(events[:room]):
+            fill(out[i], event)
+        count[0] = min(room, len(events))
+
+
+# ---------------------------------------------------------------------------------- decoding
+def decode_argument(kind: Any, raw: int) -> Any:
+    """One raw uint64 argument as the C function received it, typed by its ctypes argtype."""
+    if kind in (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_wchar_p):
+        return raw  # an address: never dereferenced here
+    if isinstance(kind, type) and issubclass(kind, ctypes._Pointer):
+        return ctypes.cast(ctypes.c_void_p(raw), kind) if raw else kind()
+    if isinstance(kind, type) and issubclass(kind, ctypes.Structure | ctypes.Union):
+        if not raw:
+            raise SmiStatusError(w.AMDSMI_STATUS_INVAL)
+        return kind.from_buffer_copy((ctypes.c_char * ctypes.sizeof(kind)).from_address(raw))
+    if kind is ctypes.c_float:
+        return struct.unpack("<f", struct.pack("<I", raw & 0xFFFFFFFF))[0]
+    if kind is ctypes.c_double:
+        return struct.unpack("<d", struct.pack("<Q", raw))[0]
+    if kind is ctypes.c_bool:
+        return bool(raw & 0xFF)
+    return kind(raw).value  # integers: truncated and sign-extended to the C type
+
+
+def _need(pointer: Any) -> Any:
+    """A non-null out-pointer (the C library answers INVAL for a null one)."""
+    if not pointer:
+        raise SmiStatusError(w.AMDSMI_STATUS_INVAL)
+    return pointer
+
+
+def _target(pointer: Any) -> Any:
+    return _need(pointer).contents
+
+
+def _address(pointer: Any) -> int:
+    value = ctypes.cast(pointer, ctypes.c_void_p).value
+    return int(value or 0)
+
+
+def _text_out(pointer: Any, size: int, text: str) -> None:
+    """Copy ``text`` into a char buffer of ``size`` bytes, NUL-terminated (strncpy-like)."""
+    _need(pointer)
+    if size <= 0:
+        raise SmiStatusError(w.AMDSMI_STATUS_INSUFFICIENT_SIZE)
+    data = text.encode()[: size - 1] + b"\0"
+    ctypes.memmove(_address(pointer), data, len(data))
+
+
+def _handles_out(found: list[int], count: Any, handles: Any) -> None:
+    """The C pattern: a NULL array asks for the count; otherwise fill at most ``*count``."""
+    _need(count)
+    if not handles:
+        count[0] = len(found)
+        return
+    written = min(count[0], len(found))
+    for i in range(written):
+        handles[i] = found[i]
+    count[0] = written
+
+
+def _records_out(records: Sequence[Any], count: Any, out: Any) -> None:
+    _need(count)
+    if not out:
+        count[0] = len(records)
+        return
+    written = min(count[0], len(records))
+    for i in range(written):
+        fill(out[i], records[i])
+    count[0] = written
+
+
+# ---------------------------------------------------------------------------------- filling
+def fill(target: Any, record: Any) -> None:
+    """Copy a raw record (fleetd.sim.records) into a real ctypes structure, field by field.
+
+    Field names must match exactly (a mismatch raises: the simulator and the real layout
+    disagree). A record copied into a union goes into the union member that has all of the
+    record's fields (e.g. a Bdf into ``amdsmi_bdf_t.struct_amdsmi_bdf_t``).
+    """
+    names = [f.name for f in dataclasses.fields(record)]
+    if isinstance(target, ctypes.Union):
+        target = _union_member(target, names, type(record).__name__)
+    declared = _field_types(type(target))
+    for name in names:
+        if name not in declared:
+            raise AttributeError(
+                f"{type(target).__name__} has no field {name!r} (from {type(record).__name__})"
+            )
+        _assign(target, name, declared[name], getattr(record, name))
+
+
+def _union_member(union: Any, names: list[str], record_name: str) -> Any:
+    for member, kind in _field_types(type(union)).items():
+        if (
+            isinstance(kind, type)
+            and issubclass(kind, ctypes.Structure | ctypes.Union)
+            and set(names) <= set(_field_types(kind))
+        ):
+            return getattr(union, member)
+    raise AttributeError(f"no member of {type(union).__name__} fits a {record_name}")
+
+
+def _field_types(kind: type) -> dict[str, Any]:
+    return {field[0]: field[1] for field in getattr(kind, "_fields_", ())}
+
+
+def _assign(target: Any, name: str, kind: Any, value: Any) -> None:
+    if dataclasses.is_dataclass(value):
+        fill(getattr(target, name), value)
+    elif isinstance(value, str | bytes):
+        data = value.encode() if isinstance(value, str) else value
+        size = ctypes.sizeof(kind)
+        offset = getattr(type(target), name).offset
+        blob = data[: size - 1] + b"\0" if isinstance(value, str) else data[:size]
+        ctypes.memmove(ctypes.addressof(target) + offset, blob, len(blob))
+    elif isinstance(value, list):
+        _assign_array(getattr(target, name), value)
+    else:
+        setattr(target, name, value)
+
+
+def _assign_array(array: Any, values: list[Any]) -> None:
+    if len(values) > len(array):
+        raise ValueError(f"{len(values)} values for an array of {len(array)}")
+    for i, value in enumerate(values):
+        if dataclasses.is_dataclass(value):
+            fill(array[i], value)
+        elif isinstance(value, list):
+            _assign_array(array[i], value)
+        else:
+            array[i] = value
