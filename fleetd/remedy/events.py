@@ -37,6 +37,7 @@ class RemediationEvent:
     raise_alert: bool = False
     resolve_alert: bool = False
     alert_key: str = ""
+    actor: str | None = None  # the person behind a manual action; None for fleetd itself
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form for the journal, the API and webhook payloads."""
@@ -75,6 +76,7 @@ class RemediationEvent:
             "raise_alert": self.raise_alert,
             "resolve_alert": self.resolve_alert,
             "alert_key": self.alert_key,
+            "actor": self.actor,
         }
 
     @classmethod
@@ -105,6 +107,7 @@ class RemediationEvent:
             raise_alert=data["raise_alert"],
             resolve_alert=data["resolve_alert"],
             alert_key=data["alert_key"],
+            actor=data.get("actor"),
         )
 
 

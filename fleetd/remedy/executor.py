@@ -72,11 +72,22 @@ class Executor:
         self._seq: dict[str, int] = {}
         self._resume: set[str] = set()
         self.busy_s = 0.0  # time spent outside fleetd: adapters, backend, commands (bench)
+        self._redeliver = True  # events of a previous life may still be undelivered
         for run in journal.active(node):
             self._runs[run.run_id] = run
             self._seq[run.run_id] = journal.last_seq(run.run_id)
             self._resume.add(run.run_id)
             log.info("remediation_run_resumed", run_id=run.run_id, state=run.state.value)
+        self._release_stale_leases()
+
+    def _release_stale_leases(self) -> None:
+        """A daemon killed between concluding a run and releasing its lease leaves the lease
+        behind; the journal says whether its run still needs it."""
+        for run_id in self._lease.leases(self.node):
+            run = self._runs.get(run_id) or self._journal.get(run_id)
+            if run is None or (run.terminal and not run.holding):
+                self._lease.release(run_id)
+                log.info("remediation_stale_lease_released", run_id=run_id)
 
     # ---- public ------------------------------------------------------------------------
     def active(self) -> list[m.Run]:
@@ -106,7 +117,7 @@ class Executor:
         """Add an event to a run without changing it (a further trigger, a human's remark)."""
         event = self._event(run, record, now)
         self._journal.append_events([event])
-        self._deliver([event], now)
+        self._journal.mark_delivered(self._hand_out([event], now))
 
     def tick(self, now: float) -> None:
         """Resume restarted runs, advance every run whose wait is over, retry deliveries."""
@@ -123,10 +134,14 @@ class Executor:
                 if _progress(run) == before:
                     break
 
-    def redeliver(self, now: float) -> None:
+    def redeliver(self, now: float, *, force: bool = False) -> None:
+        """Hand out events journaled but not yet delivered (after a restart or an outage)."""
+        if not (self._redeliver or force):
+            return
+        self._redeliver = False
         pending = self._journal.undelivered(self.node)
         if pending:
-            self._deliver(pending, now)
+            self._journal.mark_delivered(self._deliver(pending, now))
 
     # ---- the loop ----------------------------------------------------------------------
     def _advance(
@@ -139,24 +154,32 @@ class Executor:
     ) -> m.Run:
         saved: m.Run | None = None if initial is not None else run
         commands: list[m.Command] = list(initial or [])
+        unsaved: list[RemediationEvent] = []
+        delivered: list[str] = []
         while True:
             for event in list(events):
                 run, more = m.step(run, event, now)
                 commands += more
             events.clear()
-            records = [c for c in commands if isinstance(c, m.Record)]
+            unsaved += [self._event(run, c, now) for c in commands if isinstance(c, m.Record)]
             actions = [c for c in commands if not isinstance(c, m.Record)]
             commands = []
-            if run != saved or records:
-                built = [self._event(run, r, now) for r in records]
-                self._journal.save(run, built)  # before any action this state allows
+            acts = not run.dry_run and any(isinstance(a, _SIDE_EFFECTS) for a in actions)
+            if (run != saved or unsaved) and (acts or not actions):
+                # journal first: nothing that changes the world happens before this write
+                self._journal.save(run, unsaved)
                 saved = run
-                self._deliver(built, now)
+                if self._redeliver and delivered:  # settle before re-reading what is pending
+                    self._journal.mark_delivered(delivered)
+                    delivered = []
+                delivered += self._hand_out(unsaved, now)
+                unsaved = []
             if run.terminal:
                 self._runs.pop(run.run_id, None)
             else:
                 self._runs[run.run_id] = run
             if not actions:
+                self._journal.mark_delivered(delivered)
                 return run
             for action in actions:
                 outcome = self._carry_out(run, action, now)
@@ -187,10 +210,19 @@ class Executor:
             raise_alert=record.raise_alert,
             resolve_alert=record.resolve_alert,
             alert_key=alert_key(run.node, run.gpu_indices),
+            actor=run.trigger.who,
         )
 
-    def _deliver(self, events: Sequence[RemediationEvent], now: float) -> None:
-        delivered = []
+    def _hand_out(self, events: Sequence[RemediationEvent], now: float) -> list[str]:
+        """Deliver new events, unless older ones still wait: then all go in journal order."""
+        if self._redeliver:
+            self.redeliver(now)
+            return []
+        return self._deliver(events, now)
+
+    def _deliver(self, events: Sequence[RemediationEvent], now: float) -> list[str]:
+        """Hand events to the notifiers in order; return the ids that went out."""
+        delivered: list[str] = []
         for event in events:
             log.info(
                 "remediation_step",
@@ -211,14 +243,17 @@ class Executor:
                     event_id=event.event_id,
                     error=f"{type(exc).__name__}: {exc}",
                 )
+                self._redeliver = True
                 break
             delivered.append(event.event_id)
-        self._journal.mark_delivered(delivered)
+        return delivered
 
     # ---- commands ----------------------------------------------------------------------
     def _carry_out(self, run: m.Run, cmd: m.Command, now: float) -> m.Event | None:
         if run.dry_run:
             return _pretend(run, cmd)
+        if isinstance(cmd, _OWN_WORK):  # the lease is fleetd's own bookkeeping
+            return self._execute(run, cmd, now)
         started = time.perf_counter()
         try:
             return self._execute(run, cmd, now)
@@ -276,8 +311,8 @@ class Executor:
                 return m.LeaseResult(False, f"remediation paused by {pause.by}: {pause.reason}")
             if self._cfg.mode == "off":
                 return m.LeaseResult(False, "remediation is off", final=True)
-        decision = self._lease.acquire(
-            node=self.node, run_id=run.run_id, gpus=run.gpu_indices, manual=manual, now=now
+        decision = self._lease.acquire(  # held GPUs are already counted by their holder
+            node=self.node, run_id=run.run_id, gpus=run.verify_gpus, manual=manual, now=now
         )
         return m.LeaseResult(decision.granted, decision.reason)
 
@@ -297,7 +332,7 @@ class Executor:
             event = self._event(released, record, now)
             self._journal.save(released, [event])
             self._lease.release(held.run_id)
-            self._deliver([event], now)
+            self._journal.mark_delivered(self._hand_out([event], now))
 
     def _worker(self, name: str) -> VllmWorkerConfig:
         worker = self._workers.get(name)
@@ -352,7 +387,7 @@ class Executor:
             snapshot = self._poller.poll(now)
         except Exception as exc:
             return m.HealthResult((f"poll failed: {_describe(exc)}",))
-        return verify.assess(snapshot, run.gpu_indices)
+        return verify.assess(snapshot, run.verify_gpus)
 
     def _reboot(self, run: m.Run) -> str | None:
         reboot = self._cfg.reboot
@@ -373,6 +408,25 @@ class Executor:
         except Exception as exc:
             return m.BurnInResult(_describe(exc))
         return m.BurnInResult(None, result.stdout.strip()[-200:])
+
+
+_SIDE_EFFECTS = (
+    m.AcquireLease,
+    m.ReleaseLease,
+    m.ReleaseHolds,
+    m.Unroute,
+    m.StopUnit,
+    m.ResetGpu,
+    m.RequestReboot,
+    m.RunBurnIn,
+    m.StartUnit,
+    m.Reroute,
+)
+"""Commands that change the world; the journal is written before any of them runs.
+Checks and polls (ReadLoad, CheckProcesses, Rediscover, PollHealth, CheckReady) only read."""
+
+
+_OWN_WORK = (m.AcquireLease, m.ReleaseLease, m.ReleaseHolds)
 
 
 def _progress(run: m.Run) -> tuple[object, ...]:

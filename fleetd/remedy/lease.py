@@ -56,6 +56,10 @@ class FleetLease(Protocol):
 
     def release(self, run_id: str) -> None: ...
 
+    def leases(self, node: str) -> list[str]:
+        """Run ids holding a lease for ``node``."""
+        ...
+
     def record_failure(
         self, *, node: str, gpu: int | None, run_id: str | None, now: float
     ) -> BreakerStatus: ...
@@ -151,6 +155,13 @@ class SqlFleetLease:
     def release(self, run_id: str) -> None:
         with self._locked() as conn:
             conn.execute(delete(leases_table).where(leases_table.c.run_id == run_id))
+
+    def leases(self, node: str) -> list[str]:
+        with self._engine.begin() as conn:
+            rows = conn.execute(
+                select(leases_table.c.run_id).where(leases_table.c.node == node)
+            ).scalars()
+            return [str(r) for r in rows]
 
     def out_of_service(self) -> int:
         with self._engine.begin() as conn:

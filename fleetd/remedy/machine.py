@@ -209,6 +209,7 @@ class Run:
     outcome: str | None = None
     lease_note: str | None = None
     page_on_abort: bool = False
+    held_gpus: tuple[int, ...] = ()  # in the unit but held out by an earlier run: not verified
 
     @property
     def terminal(self) -> bool:
@@ -217,6 +218,11 @@ class Run:
     @property
     def gpu_indices(self) -> tuple[int, ...]:
         return tuple(g.index for g in self.gpus)
+
+    @property
+    def verify_gpus(self) -> tuple[int, ...]:
+        """The unit's GPUs that must pass verification (held ones stay out anyway)."""
+        return tuple(i for i in self.gpu_indices if i not in self.held_gpus)
 
     @property
     def worker_names(self) -> tuple[str, ...]:
@@ -489,6 +495,7 @@ def plan_run(
     settings: RunSettings,
     now: float,
     dry_run: bool = False,
+    held_gpus: tuple[int, ...] = (),
 ) -> Step:
     """A new run in ``planned``; its first command asks for the node slot and the lease."""
     if not gpus:
@@ -506,13 +513,19 @@ def plan_run(
         dry_run=dry_run,
         entered_at=now,
         deadline=now + settings.lease_timeout,
+        held_gpus=tuple(sorted(set(held_gpus) & {g.index for g in gpus})),
     )
     gpu_list = ", ".join(str(g.index) for g in gpus)
     names = ", ".join(workers) or "none"
     mode = "dry-run " if dry_run else ""
+    held = (
+        f"; GPUs {', '.join(map(str, run.held_gpus))} stay held out of service"
+        if run.held_gpus
+        else ""
+    )
     record = Record(
         "run_planned",
-        f"{mode}{plan.value} planned for GPUs {gpu_list} (workers: {names}); "
+        f"{mode}{plan.value} planned for GPUs {gpu_list} (workers: {names}){held}; "
         f"trigger: {trigger.describe()}",
     )
     return run, [record, AcquireLease()]
@@ -948,7 +961,9 @@ def _verify_failed(run: Run, now: float, why: str) -> Step:
 def _verifying(run: Run, event: Event, now: float) -> Step:
     s = run.settings
     if isinstance(event, RediscoverResult):
-        missing = [g for g in run.gpus if g.key not in event.present]
+        missing = [
+            g for g in run.gpus if g.key not in event.present and g.index not in run.held_gpus
+        ]
         if event.error is None and not missing:
             run = replace(run, rediscovered=True, next_at=now + s.verify_poll_interval)
             if s.verify_poll_interval <= 0:
@@ -1233,6 +1248,7 @@ def run_to_dict(run: Run) -> dict[str, Any]:
         "outcome": run.outcome,
         "lease_note": run.lease_note,
         "page_on_abort": run.page_on_abort,
+        "held_gpus": list(run.held_gpus),
     }
 
 
@@ -1281,6 +1297,7 @@ def run_from_dict(data: dict[str, Any]) -> Run:
         outcome=data["outcome"],
         lease_note=data["lease_note"],
         page_on_abort=data.get("page_on_abort", False),
+        held_gpus=tuple(int(g) for g in data.get("held_gpus", ())),
     )
 
 

@@ -16,13 +16,14 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from fleetd.clock import Clock
 from fleetd.config import VllmWorkerConfig
 from fleetd.errors import RemedyError
 from fleetd.logs import get_logger
-from fleetd.model import GpuIdentity, Transition
+from fleetd.model import GpuIdentity, Reading, Transition, make_labels
 from fleetd.remedy import machine as m
 from fleetd.remedy.config import RemediationConfig
 from fleetd.remedy.events import ChangeSink, EventSink, RemediationEvent, alert_key
@@ -64,6 +65,24 @@ class RemediationStatus:
     gpus_out_of_service: int
     active: tuple[m.Run, ...]
     held: tuple[HeldGpus, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able, for the API and ``fleetctl``."""
+        return {
+            "node": self.node,
+            "mode": self.mode,
+            "paused": asdict(self.paused),
+            "breaker": asdict(self.breaker),
+            "lease_scope": self.lease_scope,
+            "gpus_out_of_service": self.gpus_out_of_service,
+            "active": [run_summary(r) for r in self.active],
+            "held": [asdict(h) for h in self.held],
+        }
+
+
+def run_summary(run: m.Run) -> dict[str, Any]:
+    """A run as the API shows it: the journal form plus its coarse phase."""
+    return {**m.run_to_dict(run), "phase": run.state.phase, "terminal": run.terminal}
 
 
 class Remediation:
@@ -242,12 +261,16 @@ class Remediation:
     def pause(self, *, who: str, why: str, now: float) -> None:
         with self._lock:
             self._journal.set_paused(self.node, PauseState(True, who, why, now))
-            self._node_event("paused", f"automatic remediation paused by {who}: {why}", now)
+            self._node_event(
+                "paused", f"automatic remediation paused by {who}: {why}", now, actor=who
+            )
 
     def resume(self, *, who: str, why: str, now: float) -> None:
         with self._lock:
             self._journal.set_paused(self.node, PauseState(False, who, why, now))
-            self._node_event("resumed", f"automatic remediation resumed by {who}: {why}", now)
+            self._node_event(
+                "resumed", f"automatic remediation resumed by {who}: {why}", now, actor=who
+            )
 
     def reset_breaker(self, *, who: str, now: float) -> None:
         with self._lock:
@@ -258,6 +281,7 @@ class Remediation:
                 now,
                 resolve_alert=True,
                 key=f"fleetd-remediation/{self._lease.scope}/breaker",
+                actor=who,
             )
 
     # ---- driving and reading ------------------------------------------------------------
@@ -289,6 +313,33 @@ class Remediation:
                 held=held,
             )
 
+    def metrics(self, now: float) -> list[Reading]:
+        """The ``fleetd_remediation_*`` series of the catalog (for the exporter's group)."""
+        with self._lock:
+            status = self.status()
+            counts, resets = self._journal.counts(self.node)
+
+        def reading(metric: str, value: float, **labels: object) -> Reading:
+            return Reading(metric, make_labels(labels), float(value), now)
+
+        scope = status.lease_scope
+        out = [
+            reading("fleetd_remediation_mode", 1, mode=status.mode),
+            reading("fleetd_remediation_paused", status.paused.paused),
+            reading("fleetd_remediation_breaker_open", status.breaker.tripped, scope=scope),
+            reading("fleetd_remediation_runs_active", len(status.active)),
+            reading("fleetd_remediation_resets_total", resets),
+            reading("fleetd_remediation_gpus_held", len({g for h in status.held for g in h.gpus})),
+            reading(
+                "fleetd_remediation_gpus_out_of_service", status.gpus_out_of_service, scope=scope
+            ),
+        ]
+        out += [
+            reading("fleetd_remediation_runs_total", n, plan=plan, outcome=state)
+            for (plan, state), n in sorted(counts.items())
+        ]
+        return out
+
     def runs(self, *, limit: int = 50) -> list[m.Run]:
         return self._journal.runs(self.node, limit=limit)
 
@@ -318,8 +369,14 @@ class Remediation:
             m.UnitGpu(i, identities[i].uuid, identities[i].bdf) if i in identities else m.UnitGpu(i)
             for i in gpus
         )
+        held: set[int] = set()
+        if plan is not m.Plan.UNDRAIN:
+            held = {i for r in self._journal.holding(self.node) for i in r.gpu_indices}
         if workers is None:
-            workers = tuple(w.name for w in self._workers if set(w.gpus) & set(gpus))
+            # a worker on a held GPU stays out: this run must not bring it back
+            workers = tuple(
+                w.name for w in self._workers if set(w.gpus) & set(gpus) and not set(w.gpus) & held
+            )
         run, commands = m.plan_run(
             run_id=run_id,
             node=self.node,
@@ -330,6 +387,7 @@ class Remediation:
             settings=settings,
             now=now,
             dry_run=dry_run,
+            held_gpus=tuple(sorted(held)),
         )
         note = m.Record("policy", why, severity="warning" if escalated else "info")
         first, *rest = commands
@@ -365,6 +423,7 @@ class Remediation:
         raise_alert: bool = False,
         resolve_alert: bool = False,
         key: str | None = None,
+        actor: str | None = None,
     ) -> None:
         gpus = (trigger.gpu,) if trigger is not None and trigger.gpu is not None else ()
         event = RemediationEvent(
@@ -380,9 +439,10 @@ class Remediation:
             raise_alert=raise_alert,
             resolve_alert=resolve_alert,
             alert_key=key or alert_key(self.node, gpus),
+            actor=actor,
         )
         self._journal.append_events([event])
-        self.executor.redeliver(now)
+        self.executor.redeliver(now, force=True)
 
 
 def _gpus(indices: tuple[int, ...]) -> str:

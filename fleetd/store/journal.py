@@ -28,6 +28,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    func,
     select,
     update,
 )
@@ -253,6 +254,27 @@ class RunJournal:
         with self._db.begin() as conn:
             rows = conn.execute(query).scalars().all()
         return [run_from_dict(json.loads(str(r))) for r in rows]
+
+    def counts(self, node: str) -> tuple[dict[tuple[str, str], int], int]:
+        """Concluded runs by (plan, state), and the resets issued (dry runs excluded)."""
+        with self._db.begin() as conn:
+            rows = conn.execute(
+                select(runs_table.c.plan, runs_table.c.state, func.count())
+                .where(
+                    runs_table.c.node == node,
+                    runs_table.c.active.is_(False),
+                    runs_table.c.dry_run.is_(False),
+                )
+                .group_by(runs_table.c.plan, runs_table.c.state)
+            ).all()
+            resets = conn.execute(
+                select(func.count()).where(
+                    runs_table.c.node == node,
+                    runs_table.c.dry_run.is_(False),
+                    runs_table.c.reset_count > 0,
+                )
+            ).scalar_one()
+        return {(str(p), str(s)): int(n) for p, s, n in rows}, int(resets)
 
     def events(
         self, *, run_id: str | None = None, node: str | None = None, limit: int = 1000

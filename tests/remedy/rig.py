@@ -174,7 +174,10 @@ def make_rig(
     node_name: str = NODE,
     lease: FleetLease | None = None,
     startup_s: float = 20.0,
+    own_systemctl: bool = False,
 ) -> Rig:
+    """``own_systemctl`` names this fleet's stand-in by path instead of relying on PATH (two
+    rigs in one test would otherwise share whichever ``systemctl`` PATH finds first)."""
     sim = build_node("MI355X", seed=3, clock=clock)
     sim.set_load(None, 0.5)
     fleet = StandInFleet(tmp / "standin", clock=clock, processes=sim)
@@ -188,6 +191,8 @@ def make_rig(
         **section.get("workers", {}),
         "rotation": {"http": {"out_url": out_url, "in_url": in_url}},
     }
+    if own_systemctl:
+        section["workers"]["systemctl"] = str(fleet.systemctl)
     config = FleetdConfig.model_validate(
         {
             "node": {"name": node_name},

@@ -4,16 +4,30 @@ not come back, processes that will not let go, people stepping in, and dry-run."
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from fleetd.clock import FakeClock
+from fleetd.collect.catalog import CATALOG
+from fleetd.collect.exporter import FleetdExporter
 from fleetd.errors import RemedyError
+from fleetd.model import Reading
 from fleetd.remedy import machine as m
 
 from .rig import Rig, make_rig, path_with, remediation_config
+
+
+def metrics_text(readings: list[Reading]) -> str:
+    assert all(r.metric in CATALOG for r in readings)
+    exporter = FleetdExporter(CollectorRegistry(), process_metrics=False)
+    exporter.update_group("remediation", readings)
+    return exporter.render().decode()
 
 
 @pytest.fixture
@@ -64,10 +78,14 @@ def test_uncorrectable_error_on_gpu3_drains_the_hive_resets_once_and_readmits(ri
     assert rig.sim.resets[0].killed_pids == ()  # nothing was on the hive any more
     kinds = rig.sink.kinds()
     assert kinds.count("reset_intent") == 1 and kinds.count("worker_stopped") == 8
-    assert kinds.index("reset_intent") > max(i for i, k in enumerate(kinds) if k == "worker_stopped")
+    assert kinds.index("reset_intent") > max(
+        i for i, k in enumerate(kinds) if k == "worker_stopped"
+    )
     assert kinds[-1] == "done" and rig.sink.events[-1].resolve_alert
     run_events = [e for e in rig.sink.events if e.run_id]
-    assert all(e.trigger is not None and e.trigger.rule == "GpuUncorrectableEcc" for e in run_events)
+    assert all(
+        e.trigger is not None and e.trigger.rule == "GpuUncorrectableEcc" for e in run_events
+    )
     assert rig.sim.resets[0].at >= run.created_at + 8 + 1  # requests finished, 2nd idle read
     # the journal holds the same story, and nothing is left undelivered
     journaled = [e.kind for e in rig.remediation.events(run_id)]
@@ -106,6 +124,28 @@ def test_persistent_fault_spends_the_budget_then_quarantines_and_pages(small: Ri
     # a further alert on the quarantined GPU is noted, not acted on
     assert small.fault(3) == []
     assert small.sink.kinds()[-1] == "further_trigger"
+    # and /metrics says what happened
+    text = metrics_text(small.remediation.metrics(small.clock.now()))
+    for line in (
+        'fleetd_remediation_runs_total{outcome="done",plan="reset"} 3.0',
+        'fleetd_remediation_runs_total{outcome="quarantined",plan="quarantine"} 1.0',
+        "fleetd_remediation_resets_total 3.0",
+        "fleetd_remediation_gpus_held 1.0",
+        'fleetd_remediation_gpus_out_of_service{scope="node:sim-node"} 1.0',
+        'fleetd_remediation_mode{mode="on"} 1.0',
+        "fleetd_remediation_runs_active 0.0",
+    ):
+        assert line in text, line
+    if shutil.which("promtool"):
+        check = subprocess.run(
+            ["promtool", "check", "metrics"],
+            input=text,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert check.returncode == 0 and not (check.stdout + check.stderr).strip(), check.stdout
 
 
 def test_repeat_fault_within_probation_escalates_at_once(small: Rig) -> None:
@@ -266,6 +306,9 @@ def test_manual_drain_holds_until_undrain(small: Rig) -> None:
     assert gpu3.state() == "inactive" and not gpu3.in_rotation
     assert small.fleet.workers["gpu2"].in_rotation
     assert small.sink.alerts()[-1].severity == "warning"
+    shown = json.loads(json.dumps(small.remediation.status().to_dict()))
+    assert shown["held"][0]["gpus"] == [3] and shown["held"][0]["state"] == "drained"
+    assert shown["mode"] == "on" and shown["gpus_out_of_service"] == 1
     assert small.fault(3) == []  # held: the alert is noted only
     with pytest.raises(RemedyError, match="already in run"):
         small.remediation.drain(3, who="carol", why="again", now=small.clock.now())
@@ -275,7 +318,10 @@ def test_manual_drain_holds_until_undrain(small: Rig) -> None:
     assert small.run(back).state is m.RunState.DONE
     assert gpu3.state() == "active" and gpu3.in_rotation
     assert not small.run(run_id).holding
-    assert small.remediation.status().held == () and small.remediation.status().gpus_out_of_service == 0
+    assert (
+        small.remediation.status().held == ()
+        and small.remediation.status().gpus_out_of_service == 0
+    )
     released = [e for e in small.sink.events if e.kind == "hold_released"]
     assert released and released[0].resolve_alert and released[0].run_id == run_id
     with pytest.raises(RemedyError, match="not held"):
@@ -308,3 +354,76 @@ def test_cancel_after_the_reset_keeps_workers_down_and_says_so(small: Rig) -> No
     small.remediation.undrain(3, who="erin", why="all good", now=small.clock.now())
     small.run_until_settled()
     assert all(w.in_rotation and w.state() == "active" for w in small.fleet.workers.values())
+
+
+def test_budget_spent_with_a_reboot_command_reboots_and_verifies_after_restart(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "actions.log"
+    reboot = tmp_path / "request-reboot"
+    reboot.write_text(f'#!/bin/sh\necho "reboot $1" >> {log}\n')
+    reboot.chmod(0o755)
+    burn = tmp_path / "burn-in"
+    burn.write_text(f'#!/bin/sh\necho "burn-in $1" >> {log}\necho "all GEMMs passed"\n')
+    burn.chmod(0o755)
+    rig = small_rig(
+        tmp_path,
+        clock,
+        monkeypatch,
+        budget={"max_resets": 1},
+        reboot={"command": [str(reboot), "{node}"], "timeout": "10m"},
+        verify={"burn_in": {"command": [str(burn), "{gpus}"], "timeout": "1m"}},
+    )
+    try:
+        [first] = rig.fault(3)
+        rig.run_until_settled()
+        assert rig.run(first).state is m.RunState.DONE
+        rig.clock.advance(15 * 60)
+        [second] = rig.fault(3)  # budget spent: the next rung is the reboot
+        for _ in range(30):
+            rig.clock.advance(1)
+            rig.remediation.tick(rig.clock.now())
+        run = rig.run(second)
+        assert run.plan is m.Plan.REBOOT and run.state is m.RunState.REBOOTING
+        assert all(w.state() == "inactive" for w in rig.fleet.workers.values())
+        # the node reboots: every GPU is reset, the daemon starts again from its database
+        rig.sim.reset_hive(0)
+        rig.restart_daemon()
+        rig.run_until_settled()
+        run = rig.run(second)
+        assert run.state is m.RunState.DONE and run.reboot_count == 1, run.outcome
+        assert log.read_text().splitlines() == [
+            "burn-in 0,1,2,3,4,5,6,7",
+            f"reboot {rig.node_name}",
+            "burn-in 0,1,2,3,4,5,6,7",
+        ]
+        assert all(w.in_rotation and w.state() == "active" for w in rig.fleet.workers.values())
+        kinds = [e.kind for e in rig.remediation.events(second)]
+        assert kinds.count("reboot_intent") == 1 and "burn_in_passed" in kinds
+    finally:
+        rig.close()
+
+
+def test_a_hive_reset_leaves_an_already_quarantined_gpu_out(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rig = make_rig(tmp_path, clock, workers_on=(3, 5))
+    monkeypatch.setenv("PATH", path_with(rig.fleet.bin_dir))
+    try:
+        rig.sim.inject(5, "pcie_downgrade", persistent=True)
+        [held] = rig.fault(5, plan="quarantine")
+        rig.run_until_settled()
+        assert rig.run(held).state is m.RunState.QUARANTINED
+        [run_id] = rig.fault(3)
+        rig.run_until_settled()
+        run = rig.run(run_id)
+        assert run.state is m.RunState.DONE, run.outcome  # GPU 5's link is not held against it
+        assert run.held_gpus == (5,) and run.worker_names == ("gpu3",)
+        assert rig.sim.reset_count() == 1
+        gpu5 = rig.fleet.workers["gpu5"]
+        assert gpu5.state() == "inactive" and not gpu5.in_rotation and gpu5.starts == 1
+        assert rig.fleet.workers["gpu3"].in_rotation
+        assert rig.remediation.status().held[0].gpus == (5,)
+        assert "GPUs 5 stay held out of service" in rig.remediation.events(run_id)[0].message
+    finally:
+        rig.close()

@@ -464,7 +464,7 @@ def assert_safe_conclusion(run: m.Run, cmds: list[m.Command]) -> None:
 event_strategy = st.sampled_from(EVENTS)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, derandomize=True)
 @given(
     plan=st.sampled_from(list(m.Plan)),
     events=st.lists(st.tuples(event_strategy, st.floats(0, 30)), max_size=60),
@@ -487,7 +487,7 @@ def test_random_event_sequences_keep_the_invariants(
         assert not commands_of(all_cmds, m.ResetGpu)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, derandomize=True)
 @given(
     crash_after=st.integers(0, 80),
     plan=st.sampled_from([m.Plan.RESET, m.Plan.REBOOT]),
