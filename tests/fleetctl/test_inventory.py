@@ -9,7 +9,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fleetd.cli.fleetctl_http import Target
-from fleetd.cli.fleetctl_inventory import expand_hosts, load_inventory, targets_from_address
+from fleetd.cli.fleetctl_inventory import (
+    DEFAULT_AGENT_PORT,
+    expand_hosts,
+    load_inventory,
+    targets_from_address,
+)
+from fleetd.config import DEFAULT_HTTP_PORT
 from fleetd.errors import ConfigError
 
 
@@ -46,6 +52,10 @@ def test_addresses_become_targets_with_the_default_port() -> None:
     for bad in ("ftp://x:1", "host:99999", "a b", "-bad-:1"):
         with pytest.raises(ValueError):
             targets_from_address(bad)
+
+
+def test_the_default_port_is_the_agents() -> None:
+    assert DEFAULT_AGENT_PORT == DEFAULT_HTTP_PORT
 
 
 def test_a_file_with_every_kind_of_entry(tmp_path: Path) -> None:
