@@ -31,7 +31,7 @@ from fleetd.collect.poller import Poller
 from fleetd.config import FleetdConfig
 from fleetd.configbase import Secret
 from fleetd.model import Snapshot
-from fleetd.remedy.events import RemediationEvent
+from fleetd.remedy.notify import EventLogSink
 from fleetd.remedy.service import Remediation
 from fleetd.remedy.wiring import build_remediation
 from fleetd.rules.config import RulesConfig, engine_settings, load_rules
@@ -62,25 +62,6 @@ class SlowRouter(Router):
 
     def release(self) -> None:
         self._released.set()
-
-
-class EventLogSink:
-    """Remediation's step events into the node's event log (as the daemon wires it)."""
-
-    def __init__(self, store: ResilientStore) -> None:
-        self._store = store
-
-    def record(self, event: RemediationEvent) -> None:
-        gpu = event.trigger.gpu if event.trigger is not None else None
-        who = event.trigger.who if event.trigger is not None else None
-        self._store.append_event(
-            "remediation",
-            now=event.at,
-            gpu=gpu,
-            message=event.message,
-            data=event.to_dict(),
-            actor=who or "fleetd",
-        )
 
 
 class Latest:
@@ -182,6 +163,7 @@ def start_agent(
     latest = Latest()
     remedy: Remediation | None = None
     if with_remediation:
+        assert store.events is not None
         config = FleetdConfig.model_validate(
             {"node": {"name": name}, "remediation": remediation or {"mode": "dry-run"}}
         )
@@ -191,7 +173,7 @@ def start_agent(
             backend=backend,
             poller=poller,
             clock=clock,
-            events=EventLogSink(store),
+            events=EventLogSink(store.events),
         )
     services = ApiServices(
         node=name,
