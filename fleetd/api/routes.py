@@ -206,7 +206,6 @@ class _Api:
         message: str,
         gpu: int | None = None,
         outcome: str = "ok",
-        data: Json | None = None,
     ) -> bool:
         """Write the action to the event log; False (and an error log) if that failed."""
         try:
@@ -223,7 +222,6 @@ class _Api:
                     "client": actor.client,
                     "token": actor.token,
                     "outcome": outcome,
-                    **(data or {}),
                 },
             )
         except Exception as exc:
@@ -258,7 +256,7 @@ class _Api:
         except ValueError as exc:
             self._record(action, actor, body, message=message, gpu=gpu, outcome=f"invalid: {exc}")
             raise HttpError(400, str(exc)) from None
-        recorded = self._record(action, actor, body, message=message, gpu=gpu, data=None)
+        recorded = self._record(action, actor, body, message=message, gpu=gpu)
         return Response.json({**result, "recorded": recorded}, status)
 
     @staticmethod
