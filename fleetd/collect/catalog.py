@@ -566,6 +566,9 @@ REMEDIATION_METRICS: tuple[MetricSpec, ...] = (
         "",
         "GPUs the remediation cap counts as out of service, in its scope (this node, or the fleet).",
         "scope",
+    ),
+)
+
 STORE_METRICS: tuple[MetricSpec, ...] = (
     _m(
         "fleetd_store_errors_total",
