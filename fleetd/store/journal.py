@@ -27,7 +27,6 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    UniqueConstraint,
     func,
     select,
     update,
@@ -116,7 +115,6 @@ breaker_table = Table(
     Column("reason", Text, nullable=True),
     Column("reset_by", String(255), nullable=True),
     Column("reset_at", Float, nullable=True),
-    UniqueConstraint("scope", name="uq_remedy_fleet_breaker_scope"),
 )
 
 FLEET_TABLES = (leases_table, failures_table, breaker_table)
