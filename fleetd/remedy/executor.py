@@ -97,10 +97,17 @@ class Executor:
         return self._runs.get(run_id) or self._journal.get(run_id)
 
     def start(self, run: m.Run, commands: list[m.Command], now: float) -> m.Run:
-        """Adopt a freshly planned run and carry out its first commands."""
-        self._runs[run.run_id] = run
+        """Journal a freshly planned run; the next ``tick`` starts carrying it out.
+
+        Only the plan's records are kept from ``commands``: every action waits for a tick,
+        so a caller (the rules job, an API request) never blocks on a worker or the GPU.
+        """
         self._seq.setdefault(run.run_id, 0)
-        return self._advance(run, deque(), now, initial=commands)
+        events = [self._event(run, c, now) for c in commands if isinstance(c, m.Record)]
+        self._journal.save(run, events)
+        self._runs[run.run_id] = run
+        self._journal.mark_delivered(self._hand_out(events, now))
+        return run
 
     def feed(self, run_id: str, event: m.Event, now: float) -> m.Run:
         """Deliver one event (e.g. a Cancel from a person) to an active run."""
@@ -144,16 +151,9 @@ class Executor:
             self._journal.mark_delivered(self._deliver(pending, now))
 
     # ---- the loop ----------------------------------------------------------------------
-    def _advance(
-        self,
-        run: m.Run,
-        events: deque[m.Event],
-        now: float,
-        *,
-        initial: list[m.Command] | None = None,
-    ) -> m.Run:
-        saved: m.Run | None = None if initial is not None else run
-        commands: list[m.Command] = list(initial or [])
+    def _advance(self, run: m.Run, events: deque[m.Event], now: float) -> m.Run:
+        saved = run
+        commands: list[m.Command] = []
         unsaved: list[RemediationEvent] = []
         delivered: list[str] = []
         while True:
@@ -165,7 +165,7 @@ class Executor:
             actions = [c for c in commands if not isinstance(c, m.Record)]
             commands = []
             acts = not run.dry_run and any(isinstance(a, _SIDE_EFFECTS) for a in actions)
-            if (run != saved or unsaved) and (acts or not actions):
+            if (run is not saved or unsaved) and (acts or not actions):
                 # journal first: nothing that changes the world happens before this write
                 self._journal.save(run, unsaved)
                 saved = run

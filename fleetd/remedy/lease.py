@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
-from sqlalchemy import Connection, Engine, create_engine, delete, func, select, text, update
+from sqlalchemy import Connection, create_engine, delete, func, select, text, update
 
 from fleetd.logs import get_logger
 from fleetd.remedy.config import BreakerConfig, FleetConfig
@@ -76,24 +76,26 @@ class SqlFleetLease:
 
     def __init__(
         self,
-        engine: Engine,
+        db: Database,
         *,
         scope: str,
         max_gpus_out: int,
         breaker: BreakerConfig,
+        owns_db: bool = False,
     ) -> None:
-        self._engine = engine
+        self._db = db
         self._scope = scope
         self._max = max_gpus_out
         self._breaker_cfg = breaker
         self._local_lock = threading.Lock()
-        self._pg = engine.dialect.name == "postgresql"
+        self._pg = db.engine.dialect.name == "postgresql"
+        self._owns_db = owns_db
 
     @classmethod
     def local(cls, db: Database, node: str, config: FleetConfig) -> SqlFleetLease:
         """Per-node limits in the node's own database."""
         return cls(
-            db.engine,
+            db,
             scope=f"node:{node}",
             max_gpus_out=config.max_gpus_out,
             breaker=config.breaker,
@@ -102,9 +104,16 @@ class SqlFleetLease:
     @classmethod
     def shared(cls, url: str, config: FleetConfig) -> SqlFleetLease:
         """Fleet-wide limits in the shared PostgreSQL registry (creates only its own tables)."""
-        engine = create_engine(url, pool_pre_ping=True)
-        METADATA.create_all(engine, tables=list(FLEET_TABLES))
-        return cls(engine, scope="fleet", max_gpus_out=config.max_gpus_out, breaker=config.breaker)
+        db = Database(create_engine(url, pool_pre_ping=True))
+        with db.begin() as conn:
+            METADATA.create_all(conn, tables=list(FLEET_TABLES))
+        return cls(
+            db,
+            scope="fleet",
+            max_gpus_out=config.max_gpus_out,
+            breaker=config.breaker,
+            owns_db=True,
+        )
 
     @property
     def scope(self) -> str:
@@ -112,7 +121,7 @@ class SqlFleetLease:
 
     @contextmanager
     def _locked(self) -> Iterator[Connection]:
-        with self._local_lock, self._engine.begin() as conn:
+        with self._local_lock, self._db.begin() as conn:
             if self._pg:
                 conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
             yield conn
@@ -157,14 +166,14 @@ class SqlFleetLease:
             conn.execute(delete(leases_table).where(leases_table.c.run_id == run_id))
 
     def leases(self, node: str) -> list[str]:
-        with self._engine.begin() as conn:
+        with self._db.read() as conn:
             rows = conn.execute(
                 select(leases_table.c.run_id).where(leases_table.c.node == node)
             ).scalars()
             return [str(r) for r in rows]
 
     def out_of_service(self) -> int:
-        with self._engine.begin() as conn:
+        with self._db.read() as conn:
             return self._out(conn)
 
     @staticmethod
@@ -200,7 +209,7 @@ class SqlFleetLease:
         return BreakerStatus(True, reason, now, just_tripped=True)
 
     def breaker(self) -> BreakerStatus:
-        with self._engine.begin() as conn:
+        with self._db.read() as conn:
             return self._breaker(conn)
 
     def _breaker(self, conn: Connection) -> BreakerStatus:
@@ -230,4 +239,6 @@ class SqlFleetLease:
             )
 
     def dispose(self) -> None:
-        self._engine.dispose()
+        """Close the shared registry's connections (the node's own database is not ours)."""
+        if self._owns_db:
+            self._db.dispose()

@@ -513,6 +513,7 @@ def plan_run(
         dry_run=dry_run,
         entered_at=now,
         deadline=now + settings.lease_timeout,
+        next_at=now,  # due at once: the first tick asks for the lease
         held_gpus=tuple(sorted(set(held_gpus) & {g.index for g in gpus})),
     )
     gpu_list = ", ".join(str(g.index) for g in gpus)

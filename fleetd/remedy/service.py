@@ -1,9 +1,10 @@
 """The remediation facade: what the daemon, the HTTP API and fleetctl call.
 
-``handle(transitions, now)`` turns alerts into runs through the policy; ``tick(now)`` drives
-them; people can ``drain``, ``undrain``, ``cancel``, ``pause``/``resume`` and reset the
-circuit breaker at any time (it takes effect between two steps of a run). Every decision,
-including a decision *not* to act, is an event with what triggered it.
+``handle(transitions, now)`` turns alerts into runs through the policy (it only journals the
+plan, so the rules job never waits on a worker); ``tick(now)`` drives them. People can
+``drain``, ``undrain``, ``cancel``, ``pause``/``resume`` and reset the circuit breaker at any
+time (it takes effect between two steps of a run). Every decision, including a decision *not*
+to act, is an event with what triggered it.
 
 Mode ``off`` opens no automatic run, ``dry-run`` (the default) opens runs that act on
 nothing, ``on`` acts. Requests from a person always act: a human can always drain, undrain

@@ -27,7 +27,6 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    UniqueConstraint,
     func,
     select,
     update,
@@ -116,7 +115,6 @@ breaker_table = Table(
     Column("reason", Text, nullable=True),
     Column("reset_by", String(255), nullable=True),
     Column("reset_at", Float, nullable=True),
-    UniqueConstraint("scope", name="uq_remedy_fleet_breaker_scope"),
 )
 
 FLEET_TABLES = (leases_table, failures_table, breaker_table)
@@ -213,14 +211,14 @@ class RunJournal:
 
     # ---- reads -------------------------------------------------------------------------
     def get(self, run_id: str) -> Run | None:
-        with self._db.begin() as conn:
+        with self._db.read() as conn:
             data = conn.execute(
                 select(runs_table.c.data).where(runs_table.c.run_id == run_id)
             ).scalar_one_or_none()
         return None if data is None else run_from_dict(json.loads(data))
 
     def last_seq(self, run_id: str) -> int:
-        with self._db.begin() as conn:
+        with self._db.read() as conn:
             seq = conn.execute(
                 select(runs_table.c.last_seq).where(runs_table.c.run_id == run_id)
             ).scalar_one_or_none()
@@ -251,13 +249,13 @@ class RunJournal:
         return self._runs(query.limit(limit))
 
     def _runs(self, query: Select[tuple[str]]) -> list[Run]:
-        with self._db.begin() as conn:
+        with self._db.read() as conn:
             rows = conn.execute(query).scalars().all()
         return [run_from_dict(json.loads(str(r))) for r in rows]
 
     def counts(self, node: str) -> tuple[dict[tuple[str, str], int], int]:
         """Concluded runs by (plan, state), and the resets issued (dry runs excluded)."""
-        with self._db.begin() as conn:
+        with self._db.read() as conn:
             rows = conn.execute(
                 select(runs_table.c.plan, runs_table.c.state, func.count())
                 .where(
@@ -286,7 +284,7 @@ class RunJournal:
         if node is not None:
             query = query.where(events_table.c.node == node)
         query = query.order_by(events_table.c.id).limit(limit)
-        with self._db.begin() as conn:
+        with self._db.read() as conn:
             rows = conn.execute(query).scalars().all()
         return [RemediationEvent.from_dict(json.loads(r)) for r in rows]
 
@@ -297,13 +295,13 @@ class RunJournal:
             .order_by(events_table.c.id)
             .limit(limit)
         )
-        with self._db.begin() as conn:
+        with self._db.read() as conn:
             rows = conn.execute(query).scalars().all()
         return [RemediationEvent.from_dict(json.loads(r)) for r in rows]
 
     # ---- pause switch --------------------------------------------------------------------
     def pause_state(self, node: str) -> PauseState:
-        with self._db.begin() as conn:
+        with self._db.read() as conn:
             row = (
                 conn.execute(select(control_table).where(control_table.c.node == node))
                 .mappings()

@@ -241,7 +241,9 @@ def test_dry_run_plans_and_logs_every_step_and_touches_nothing(
     rig = small_rig(tmp_path, clock, monkeypatch, mode="dry-run")
     try:
         [run_id] = rig.fault(3)
-        run = rig.run(run_id)  # zero waits: the whole plan is walked at once
+        assert rig.run(run_id).state is m.RunState.PLANNED  # handle() only journals the plan
+        rig.remediation.tick(rig.clock.now())
+        run = rig.run(run_id)  # zero waits: the whole plan is walked in one tick
         assert run.state is m.RunState.DONE and run.dry_run
         assert rig.sim.reset_count() == 0 and rig.fleet.rotation_log == []
         assert all(w.stops == 0 for w in rig.fleet.workers.values())
@@ -254,6 +256,7 @@ def test_dry_run_plans_and_logs_every_step_and_touches_nothing(
         for _ in range(5):
             rig.clock.advance(3600)
             [again] = rig.fault(3)
+            rig.remediation.tick(rig.clock.now())
             assert rig.run(again).plan is m.Plan.RESET
     finally:
         rig.close()
@@ -331,6 +334,7 @@ def test_manual_drain_holds_until_undrain(small: Rig) -> None:
 def test_cancel_while_draining_restores_rotation(small: Rig) -> None:
     small.fleet.workers["gpu3"].add_requests(1, duration_s=600.0)
     [run_id] = small.fault(3)
+    small.remediation.tick(small.clock.now())
     small.clock.advance(7)
     small.remediation.tick(small.clock.now())
     assert small.run(run_id).state is m.RunState.QUIESCING

@@ -14,6 +14,7 @@ from fleetd.clock import FakeClock
 from fleetd.remedy import machine as m
 from fleetd.remedy.notify import HELD_ALERT, DispatcherSink, EventLogSink, change_event
 from fleetd.store.db import Database, sqlite_url
+from fleetd.store.events import EventLog
 
 from .rig import Rig, make_rig, path_with, ue_transition
 
@@ -92,34 +93,23 @@ def test_change_event_carries_the_trigger_and_evidence(
     assert change.details["trigger"] == "alert GpuUncorrectableEcc on GPU 3 (value 1)"
 
 
-class RecordingLog:
-    """Keeps what EventLog.append was given (the store's EventLog has the same signature)."""
-
-    def __init__(self) -> None:
-        self.rows: list[dict[str, object]] = []
-
-    def append(self, kind: str, **fields: object) -> int:
-        self.rows.append({"kind": kind, **fields})
-        return len(self.rows)
-
-
 def test_event_log_rows_name_the_gpu_and_the_person(
     wired: tuple[Rig, Dispatcher, io.StringIO],
 ) -> None:
     rig, _, _ = wired
-    log = RecordingLog()
+    log = EventLog(rig.db)  # the store's event log, in the node's database
     rig.remediation.executor._event_sink = EventLogSink(log)
     [run_id] = rig.fault(3)
     rig.run_until_settled()
     rig.remediation.drain(2, who="carol", why="reseat", now=rig.clock.now())
     rig.run_until_settled()
     rig.remediation.pause(who="dave", why="rollout", now=rig.clock.now())
-    kinds = [(r["kind"], r["gpu"], r["actor"]) for r in log.rows]
-    assert ("reset", 3, "fleetd") in kinds
+    rows = log.query(node=rig.node_name)
+    kinds = [(r.kind, r.gpu, r.actor) for r in rows]
     assert kinds.count(("reset", 3, "fleetd")) == 1
     assert ("operator_action", 2, "carol") in kinds  # the drain request
-    assert kinds[-1] == ("operator_action", None, "dave")
-    first = log.rows[0]
-    assert first["kind"] == "remediation" and first["node"] == rig.node_name
-    assert isinstance(first["data"], dict) and first["data"]["run_id"] == run_id
-    assert len(log.rows) == len(rig.remediation.events())  # every step, once
+    assert ("operator_action", None, "dave") in kinds
+    first = min(rows, key=lambda r: r.id)
+    assert first.kind == "remediation" and first.data["run_id"] == run_id
+    assert len(rows) == len(rig.remediation.events())  # every step, once
+    assert [r.message for r in log.query(node=rig.node_name, gpu=3)]  # queryable by GPU
