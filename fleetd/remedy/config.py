@@ -188,9 +188,10 @@ class BreakerConfig(StrictModel):
 
 
 class FleetConfig(StrictModel):
-    """Limits shared by every node through PostgreSQL when ``registry_url`` is set."""
+    """Fleet-wide limits: shared by every node through the fleet registry's PostgreSQL when
+    ``registry.url`` is set (one database for heartbeats, the cap and the breaker), per node
+    otherwise."""
 
-    registry_url: Secret | None = None
     max_gpus_out: int = Field(default=8, ge=1)
     breaker: BreakerConfig = Field(default_factory=BreakerConfig)
     lease_timeout: Duration = 1800.0

@@ -14,8 +14,8 @@ routing, grouping, silences and inhibition apply:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from fleetd.alert.config import REMEDIATION_ALERT
 from fleetd.alert.notification import ChangeEvent, DetailValue
@@ -131,30 +131,15 @@ def _resolved(name: str, event: RemediationEvent, gpu: int | None) -> Transition
     return Transition(alert, AlertState.FIRING, AlertState.RESOLVED, event.at)
 
 
-class EventLog(Protocol):
-    """``fleetd.store.events.EventLog``'s append."""
-
-    def append(
-        self,
-        kind: str,
-        *,
-        now: float,
-        node: str,
-        gpu: int | None = None,
-        message: str,
-        data: Mapping[str, Any] | None = None,
-        actor: str | None = None,
-    ) -> int: ...
-
-
 class EventLogSink:
     """An ``EventSink`` writing each step to the store's event log (queryable by GPU)."""
 
-    def __init__(self, log: EventLog) -> None:
-        self._log = log
+    def __init__(self, append: Callable[..., object]) -> None:
+        """``append`` is ``EventLog.append`` or ``ResilientStore.append_event`` (same keywords)."""
+        self._append = append
 
     def record(self, event: RemediationEvent) -> None:
-        self._log.append(
+        self._append(
             event_log_kind(event),
             now=event.at,
             node=event.node,

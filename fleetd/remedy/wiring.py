@@ -23,8 +23,8 @@ def build_adapter(config: FleetdConfig) -> WorkerAdapter:
 def build_lease(config: FleetdConfig, db: Database) -> FleetLease:
     """Fleet-wide limits through the shared PostgreSQL when configured, per node otherwise."""
     fleet = config.remediation.fleet
-    if fleet.registry_url is not None:
-        return SqlFleetLease.shared(fleet.registry_url.reveal(), fleet)
+    if config.registry.url is not None:
+        return SqlFleetLease.shared(config.registry.url.reveal(), fleet)
     return SqlFleetLease.local(db, config.node.name, fleet)
 
 

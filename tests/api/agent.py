@@ -173,7 +173,7 @@ def start_agent(
             backend=backend,
             poller=poller,
             clock=clock,
-            events=EventLogSink(store.events),
+            events=EventLogSink(store.events.append),
         )
     services = ApiServices(
         node=name,

@@ -98,7 +98,7 @@ def test_event_log_rows_name_the_gpu_and_the_person(
 ) -> None:
     rig, _, _ = wired
     log = EventLog(rig.db)  # the store's event log, in the node's database
-    rig.remediation.executor._event_sink = EventLogSink(log)
+    rig.remediation.executor._event_sink = EventLogSink(log.append)
     [run_id] = rig.fault(3)
     rig.run_until_settled()
     rig.remediation.drain(2, who="carol", why="reseat", now=rig.clock.now())
