@@ -14,7 +14,10 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from fleetd.alert.config import AlertingConfig
+from fleetd.api.config import ApiConfig
 from fleetd.configbase import Duration, StrictModel, load_file
+from fleetd.registry.config import RegistryConfig
+from fleetd.remedy.config import RemediationConfig
 from fleetd.rules.config import RulesConfig
 from fleetd.store.config import StoreConfig
 
@@ -104,6 +107,9 @@ class FleetdConfig(StrictModel):
     rules: RulesConfig = Field(default_factory=RulesConfig)
     alerting: AlertingConfig = Field(default_factory=AlertingConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
+    api: ApiConfig = Field(default_factory=ApiConfig)
+    remediation: RemediationConfig = Field(default_factory=RemediationConfig)
+    registry: RegistryConfig = Field(default_factory=RegistryConfig)
 
 
 def load_config(path: str | Path) -> FleetdConfig:

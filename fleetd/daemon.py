@@ -29,7 +29,9 @@ from prometheus_client import CollectorRegistry
 
 from fleetd import __version__
 from fleetd.alert.dispatch import Dispatcher
+from fleetd.api.routes import build_api_router
 from fleetd.api.server import HttpServer, Request, Response, Router
+from fleetd.api.services import ApiServices
 from fleetd.clock import Clock
 from fleetd.collect.amdsmi_backend import AmdSmiBackend, load_amdsmi
 from fleetd.collect.collectors import default_collectors
@@ -37,10 +39,12 @@ from fleetd.collect.exporter import FleetdExporter
 from fleetd.collect.poller import Poller
 from fleetd.collect.vllm import TokensPerJouleTracker, VllmScraper
 from fleetd.config import FleetdConfig, load_config
-from fleetd.errors import ConfigError
+from fleetd.errors import ConfigError, Problem
 from fleetd.logs import get_logger
 from fleetd.model import HealthState, Reading, Snapshot, Transition
-from fleetd.remedy.dispatcher_sink import DispatcherSink
+from fleetd.registry.heartbeat import RegistryHeartbeat, default_address
+from fleetd.remedy.events import ChangeSink, RemediationEvent
+from fleetd.remedy.notify import DispatcherSink, EventLogSink
 from fleetd.remedy.service import Remediation
 from fleetd.remedy.wiring import build_remediation
 from fleetd.rules.config import engine_settings, load_rules
@@ -84,6 +88,17 @@ def open_backend(config: FleetdConfig, clock: Clock) -> tuple[AmdSmiBackend, Sim
     return AmdSmiBackend(SimulatedAmdSmi(node)), SimContext(node, runner)
 
 
+class FanoutSink:
+    """Hands every remediation step to several sinks (the dispatcher, the demo's timeline)."""
+
+    def __init__(self, sinks: list[ChangeSink]) -> None:
+        self._sinks = sinks
+
+    def submit_change(self, event: RemediationEvent, now: float) -> None:
+        for sink in self._sinks:
+            sink.submit_change(event, now)
+
+
 class SerialPoller:
     """The one Poller, shared by the tick and remediation's verification, never overlapped."""
 
@@ -115,6 +130,8 @@ class Daemon:
         time_scale: float = 1.0,
         on_tick: Callable[[Daemon, Snapshot, list[Transition]], None] | None = None,
         console_stream: TextIO | None = None,
+        remediation_observer: ChangeSink | None = None,
+        schedule_jobs: bool = True,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -123,6 +140,9 @@ class Daemon:
         self.time_scale = time_scale
         self.on_tick = on_tick
         self.console_stream = console_stream
+        self.remediation_observer = remediation_observer
+        self.schedule_jobs = schedule_jobs  # tests drive the jobs by hand on a fake clock
+        self.heartbeat: RegistryHeartbeat | None = None
         self._stop = threading.Event()
         self._reload_requested = threading.Event()
         self._started = False
@@ -200,17 +220,18 @@ class Daemon:
             session=self.session,
             stream=self.console_stream,
         )
-        sink = DispatcherSink(self.dispatcher, node=self.config.node.name)
+        sinks: list[ChangeSink] = [DispatcherSink(self.dispatcher)]
+        if self.remediation_observer is not None:
+            sinks.append(self.remediation_observer)
         self.remediation = build_remediation(
             self.config,
             db=db,
             backend=self.backend,
             poller=self.poller,
             clock=self.clock,
-            sink=sink,
-            events=self.store,
+            sink=FanoutSink(sinks),
+            events=EventLogSink(self.store.append_event),
         )
-        self.remediation.recover(now)
         self._mount_routes()
         http = self.config.http
         self.http = HttpServer(
@@ -220,7 +241,9 @@ class Daemon:
         log.info("http_listening", address=self.http.address)
         self.tick()
         self._schedule()
-        self.scheduler.start()
+        self._start_heartbeat()
+        if self.schedule_jobs:
+            self.scheduler.start()
         self._started = True
         log.info("fleetd_started", node=self.config.node.name, gpus=len(self.backend.gpus()))
 
@@ -257,7 +280,7 @@ class Daemon:
             except Exception as exc:  # one failing job never stops the others
                 log.exception("job_failed", job=name, error=repr(exc))
 
-        run.__name__ = name
+        run.__name__ = run.__qualname__ = name
         return run
 
     def _on_missed(self, event: JobExecutionEvent) -> None:
@@ -350,7 +373,7 @@ class Daemon:
         if self.dispatcher is not None:
             self.exporter.update_group("alerts", self.dispatcher.metrics(now))
         if self.remediation is not None:
-            self.exporter.update_group("remediation", self.remediation.readings(now))
+            self.exporter.update_group("remediation", self.remediation.metrics(now))
         return health
 
     def _report_progress(self, snapshot: Snapshot) -> None:
@@ -373,7 +396,7 @@ class Daemon:
         parts = [f"{healthy}/{total} GPUs healthy"]
         for gpu in health.gpus:
             if gpu.health.state != HealthState.HEALTHY:
-                parts.append(f"GPU{gpu.index} {gpu.health.state.value}")
+                parts.append(f"GPU{gpu.gpu} {gpu.health.state.value}")
         if self.store.health().degraded:
             parts.append("storage degraded")
         return "; ".join(parts)
@@ -411,10 +434,24 @@ class Daemon:
 
     # ------------------------------------------------------------------------------ reload
     def reload(self) -> bool:
-        """Re-read fleetd.yaml and the rules; a bad file is rejected and the old config runs."""
-        if self.config_path is None:
-            log.warning("config_reload_skipped", reason="no config file (built-in config)")
+        """SIGHUP: re-read fleetd.yaml and the rules; a bad file is logged and rejected."""
+        try:
+            self.reload_or_raise()
+        except ConfigError:
             return False
+        return True
+
+    def reload_or_raise(self) -> None:
+        """Re-read fleetd.yaml and the rules, all or nothing (SIGHUP and the API).
+
+        Any problem raises ConfigError and the old config and rules keep running. Sections
+        that cannot change at run time (backend, http, store, state_dir, node) are logged as
+        needing a restart and keep their running values.
+        """
+        if self.config_path is None:
+            raise ConfigError(
+                [Problem("<built-in config>", None, None, "", "no config file to reload")]
+            )
         self.notifier.reloading()
         now = self.clock.now()
         try:
@@ -427,16 +464,14 @@ class Daemon:
             self.store.append_event(
                 "config_reload",
                 now=now,
-                message="config reload rejected; old config kept",
+                message="config reload rejected; the running config is kept",
                 data={"problems": problems},
             )
-            self.notifier.ready(self.status_line(self.last_snapshot) if self.last_snapshot else "")
-            return False
-        restart_needed = [
-            name
-            for name in ("backend", "http", "store", "state_dir", "node")
-            if getattr(new, name) != getattr(self.config, name)
-        ]
+            self._ready_again()
+            raise
+        fixed = ("backend", "http", "store", "state_dir", "node")
+        restart_needed = [n for n in fixed if getattr(new, n) != getattr(self.config, n)]
+        kept = {n: getattr(self.config, n) for n in fixed}
         self.engine.reload(rules)
         if self.dispatcher is not None:
             self.dispatcher.reload(new.alerting, now)
@@ -444,30 +479,70 @@ class Daemon:
             self.scheduler.reschedule_job(
                 "poll", trigger="interval", seconds=self._interval(new.poll.interval)
             )
-        self.config = new
+        self.config = new.model_copy(update=kept)
         self.exporter.record_config_reload(True)
         self.store.append_event(
             "config_reload",
             now=now,
             message="config reloaded",
-            data={"restart_needed_for": restart_needed},
+            data={"rules": len(rules), "restart_needed_for": restart_needed},
         )
         if restart_needed:
             log.warning("config_reload_needs_restart", sections=restart_needed)
         log.info("config_reloaded", rules=len(rules))
-        self.notifier.ready(self.status_line(self.last_snapshot) if self.last_snapshot else "")
-        return True
+        self._ready_again()
+
+    def _ready_again(self) -> None:
+        snapshot = self.last_snapshot
+        self.notifier.ready(self.status_line(snapshot) if snapshot is not None else "running")
 
     # ------------------------------------------------------------------------------ HTTP
     def _mount_routes(self) -> None:
+        assert self.dispatcher is not None and self.query is not None
+        self.services = ApiServices(
+            node=self.config.node.name,
+            clock=self.clock,
+            latest_snapshot=lambda: self.last_snapshot,
+            engine=self.engine,
+            dispatcher=self.dispatcher,
+            events=self.store,
+            query=self.query,
+            remedy=self.remediation,
+            reload=self.reload_or_raise,
+            config=self.config.api,
+        )
+        build_api_router(
+            self.services,
+            token=self.config.api.token,
+            token_name=self.config.api.token_name,
+            router=self.router,
+        )
         self.router.add("GET", "/metrics", self._metrics)
         self.router.add("GET", "/healthz", self._healthz)
+
+    def _start_heartbeat(self) -> None:
+        registry = self.config.registry
+        if registry.url is None:
+            return
+        tls = self.config.http.tls_cert is not None
+        address = default_address(self.config.node.name, self.config.http.port, tls=tls)
+        self.heartbeat = RegistryHeartbeat(registry, self.services, address=address)
+        self.scheduler.add_job(
+            self._job(self.beat),
+            "interval",
+            seconds=self._interval(registry.heartbeat_interval),
+            id="heartbeat",
+        )
+
+    def beat(self) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.beat(self.clock.now())
 
     def _metrics(self, _request: Request) -> Response:
         return Response(200, self.exporter.render(), "text/plain; version=0.0.4; charset=utf-8")
 
     def _healthz(self, _request: Request) -> Response:
-        """200 while the loop is alive and recent; 503 when polls stopped."""
+        """200 while polls keep coming; 503 before the first and when they stopped."""
         snapshot = self.last_snapshot
         now = self.clock.now()
         if snapshot is None:

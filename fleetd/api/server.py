@@ -66,12 +66,29 @@ class Response:
 
 
 class HttpError(Exception):
-    """Raise from a handler to answer with a status and a JSON error message."""
+    """Raise from a handler to answer with a status and a JSON error message.
 
-    def __init__(self, status: int, message: str) -> None:
+    ``details`` are extra fields of the JSON body (e.g. every problem of a rejected reload);
+    ``headers`` extra response headers (e.g. ``WWW-Authenticate`` on a 401).
+    """
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        details: dict[str, Any] | None = None,
+        headers: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.details = details or {}
+        self.headers = headers
+
+    def response(self) -> Response:
+        body = Response.json({"error": self.message, **self.details}, self.status)
+        return Response(body.status, body.body, body.content_type, self.headers)
 
 
 Handler = Callable[[Request], Response]
@@ -108,13 +125,14 @@ class Router:
             try:
                 return handler(routed)
             except HttpError as exc:
-                return Response.json({"error": exc.message}, exc.status)
+                return exc.response()
             except Exception as exc:  # a handler bug must not kill the server
                 log.error("http_handler_failed", path=request.path, error=repr(exc))
                 return Response.json({"error": "internal error"}, 500)
         if allowed:
+            body = Response.json({"error": f"method {request.method} not allowed here"}, 405)
             return Response(
-                405, b"method not allowed\n", headers=(("Allow", ", ".join(sorted(allowed))),)
+                405, body.body, body.content_type, (("Allow", ", ".join(sorted(allowed))),)
             )
         return Response.json({"error": f"no such path: {request.path}"}, 404)
 
@@ -126,7 +144,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _handle(self) -> None:
         parts = urlsplit(self.path)
-        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if length < 0:
+            self._send(Response.json({"error": "invalid Content-Length"}, 400))
+            return
         if length > MAX_BODY_BYTES:
             self._send(Response.json({"error": "request body too large"}, 413))
             return
@@ -142,19 +166,36 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(self.router.dispatch(request))
 
     def _send(self, response: Response) -> None:
-        self.send_response(response.status)
-        self.send_header("Content-Type", response.content_type)
-        self.send_header("Content-Length", str(len(response.body)))
-        for name, value in response.headers:
-            self.send_header(name, value)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(response.body)
+        try:
+            self.send_response(response.status)
+            self.send_header("Content-Type", response.content_type)
+            self.send_header("Content-Length", str(len(response.body)))
+            for name, value in response.headers:
+                self.send_header(name, value)
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(response.body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (e.g. fleetctl's timeout): nothing left to tell it
 
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = _handle
 
+    def __getattr__(self, name: str) -> Any:
+        # any other method (OPTIONS, TRACE, …) gets the router's JSON 405/404, not a 501 page
+        if name.startswith("do_"):
+            return self._handle
+        raise AttributeError(name)
+
     def log_message(self, format: str, *args: Any) -> None:
         return  # access logs would flood journald at one scrape per second
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # a client that hangs up or speaks garbage is not worth a traceback on stderr
+        log.debug("http_connection_error", client=str(client_address[0]))
 
 
 class HttpServer:
@@ -170,8 +211,7 @@ class HttpServer:
         tls_key: Path | None = None,
     ) -> None:
         handler = type("BoundHandler", (_Handler,), {"router": router})
-        self._server = ThreadingHTTPServer((bind, port), handler)
-        self._server.daemon_threads = True
+        self._server = _Server((bind, port), handler)
         if tls_cert is not None and tls_key is not None:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -190,7 +230,10 @@ class HttpServer:
 
     def start(self) -> None:
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="fleetd-http", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.1},  # how long stop() may wait for the loop to notice
+            name="fleetd-http",
+            daemon=True,
         )
         self._thread.start()
 

@@ -1,13 +1,33 @@
-"""``fleetctl``: the SRE's view of the fleet (status, alerts, silences, drain, explain)."""
+"""``fleetctl``: the SRE's view of the fleet (status, alerts, silences, drain, explain).
+
+See ``fleetctl status --help`` for the exit codes scripts rely on: 0 all healthy, 1 some
+node not healthy, 2 some node unreachable.
+"""
 
 from __future__ import annotations
 
 import click
 
 from fleetd import __version__
+from fleetd.cli.fleetctl_commands import COMMANDS
+from fleetd.cli.fleetctl_status import status_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="fleetctl")
 def main() -> None:
-    """fleetctl — see and act on a fleet of fleetd agents."""
+    """fleetctl — see and act on a fleet of fleetd agents.
+
+    The fleet comes from an inventory file (--inventory, $FLEETCTL_INVENTORY) or from the
+    fleet registry (--db, $FLEETCTL_DB). Changes need the API token (--token-file) and a
+    --reason, recorded on the node with your user name.
+    """
+
+
+main.add_command(status_command)
+for command in COMMANDS:
+    main.add_command(command)
+
+
+if __name__ == "__main__":
+    main()

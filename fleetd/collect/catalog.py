@@ -518,6 +518,57 @@ ALERT_METRICS: tuple[MetricSpec, ...] = (
     ),
 )
 
+REMEDIATION_METRICS: tuple[MetricSpec, ...] = (
+    _m(
+        "fleetd_remediation_mode",
+        "gauge",
+        "",
+        "Remediation mode in force (off, dry-run, on); the value is always 1.",
+        "mode",
+    ),
+    _m(
+        "fleetd_remediation_paused",
+        "gauge",
+        "",
+        "1 while a person has paused automatic remediation.",
+    ),
+    _m(
+        "fleetd_remediation_breaker_open",
+        "gauge",
+        "",
+        "1 while the circuit breaker holds automatic remediation (until a person resets it).",
+        "scope",
+    ),
+    _m(
+        "fleetd_remediation_runs_active",
+        "gauge",
+        "",
+        "Remediation runs not yet concluded on this node.",
+    ),
+    _m(
+        "fleetd_remediation_runs_total",
+        "counter",
+        "",
+        "Concluded remediation runs in the journal, by plan and outcome (done, quarantined, aborted, drained).",
+        "plan",
+        "outcome",
+    ),
+    _m("fleetd_remediation_resets_total", "counter", "", "GPU (hive) resets remediation issued."),
+    _m(
+        "fleetd_remediation_gpus_held",
+        "gauge",
+        "",
+        "GPUs of this node held out of service after a run (quarantined, drained, cancelled mid-way).",
+    ),
+    _m(
+        "fleetd_remediation_gpus_out_of_service",
+        "gauge",
+        "",
+        "GPUs the remediation cap counts as out of service, in its scope (this node, or the fleet).",
+        "scope",
+    ),
+)
+
 STORE_METRICS: tuple[MetricSpec, ...] = (
     _m(
         "fleetd_store_errors_total",
@@ -572,6 +623,7 @@ CATALOG: dict[str, MetricSpec] = {
         SELF_METRICS,
         RULE_METRICS,
         ALERT_METRICS,
+        REMEDIATION_METRICS,
         STORE_METRICS,
     )
     for spec in group

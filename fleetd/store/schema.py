@@ -30,6 +30,7 @@ TABLE_MODULES: tuple[str, ...] = (
     "fleetd.store.alert_state",
     "fleetd.store.tables",
     "fleetd.store.events",
+    "fleetd.store.journal",
 )
 """Modules that declare tables on METADATA; imported before the schema is created or checked."""
 

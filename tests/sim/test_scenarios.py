@@ -70,7 +70,7 @@ def test_demo_shows_faults_one_after_another_and_a_reset_clears_gpu3() -> None:
             if fault.gpu not in seen:
                 seen.append(fault.gpu)
     assert runner.done
-    assert seen == [1, 2, 3, 4, 5, 6, 7, 0]  # one after another, on different GPUs
+    assert seen == [3, 1, 5, 0, 4, 2, 7, 6]  # one after another, on different GPUs
     umc = a.AmdSmiGpuBlock.UMC
     assert a.amdsmi_get_gpu_ecc_count(h[3], umc)["uncorrectable_count"] == 1
     a.amdsmi_reset_gpu(h[3])

@@ -1,0 +1,269 @@
+"""How long ``fleetctl status`` takes for a large fleet, by fan-out and from the registry.
+
+1. 1,000 agents: lightweight stand-ins (one separate process, one listening socket per
+   agent on loopback) serve ``/api/v1/status`` with a realistic 8-GPU status document;
+   ``fleetctl status --inventory`` (a real process, from interpreter start to exit) asks
+   all of them. Target: ≤ 3 s.
+2. 10,000 nodes in the fleet registry on the local PostgreSQL (a private schema, dropped
+   afterwards); ``fleetctl status --db`` reads them. Target: ≤ 1 s.
+
+Prints ONE JSON line: wall seconds of each (median of --runs), node counts, and whether each
+run saw every node.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's fleetd, not an installed one
+PG_BASE_URL = os.environ.get("FLEETD_TEST_PG", "postgresql+psycopg2://root@127.0.0.1:5432/test")
+
+
+# ------------------------------------------------------------------------- stand-in agents
+def status_document(node: str, now: float, index: int) -> dict[str, Any]:
+    """A status document shaped like an agent's (see docs/api/openapi.yaml, NodeStatus)."""
+    gpus = []
+    for g in range(8):
+        gpus.append(
+            {
+                "gpu": g,
+                "uuid": f"{index:08x}-0000-1000-8000-{g:012x}",
+                "bdf": f"0000:{0x05 + 0x20 * g:02x}:00.0",
+                "model": "MI355X",
+                "product": "AMD Instinct MI355X OAM",
+                "serial": f"69361{index:05d}{g}",
+                "hive_id": f"0x{index:016x}",
+                "present": True,
+                "responsive": True,
+                "error": None,
+                "missing_readings": 1,
+                "health": {"state": "healthy", "data_age_s": 1.2, "reasons": []},
+                "readings": {
+                    "temperature_hotspot_c": 62.0 + g,
+                    "temperature_hbm_c": 55.0 + g,
+                    "temperature_hotspot_limit_c": 110.0,
+                    "power_w": 950.0 + g,
+                    "power_cap_w": 1400.0,
+                    "utilization_gfx": 0.93,
+                    "memory_used_bytes": 2.6e11,
+                    "memory_total_bytes": 3.09e11,
+                    "ecc_correctable_total": 0.0,
+                    "ecc_uncorrectable_total": 0.0,
+                    "ecc_deferred_total": 0.0,
+                    "retired_pages": 0.0,
+                    "pcie_width": 16.0,
+                    "pcie_max_width": 16.0,
+                    "pcie_speed_gts": 32.0,
+                    "pcie_max_speed_gts": 32.0,
+                    "xgmi_links_up": 7.0,
+                    "xgmi_links_down": 0.0,
+                },
+                "alerts": {"critical": 0, "warning": 0, "info": 0},
+                "remediation": None,
+            }
+        )
+    return {
+        "node": node,
+        "version": "0.1.0",
+        "now": now,
+        "started_at": now - 86400,
+        "health": {"state": "healthy", "data_age_s": 1.2, "reasons": []},
+        "last_poll_at": now - 1.2,
+        "data_age_s": 1.2,
+        "gpus_total": 8,
+        "gpus_healthy": 8,
+        "hottest_junction_c": 69.0,
+        "power_w": 7628.0,
+        "alerts": {"critical": 0, "warning": 0, "info": 0, "pending": 0, "firing": []},
+        "remediation": {
+            "available": True,
+            "mode": "dry-run",
+            "pause": {"paused": False, "by": None, "reason": None, "at": None},
+            "breaker": {"tripped": False, "reason": None, "tripped_at": None},
+            "lease_scope": "fleet",
+            "gpus_out_of_service": 0,
+            "in_progress": False,
+            "active": [],
+            "held": [],
+        },
+        "rules": {
+            "loaded": 18,
+            "failing": [],
+            "last_eval_at": now - 1.2,
+            "last_reload_ok": True,
+            "last_reload_problems": [],
+        },
+        "gpus": gpus,
+    }
+
+
+def serve(count: int) -> None:
+    """Run ``count`` stand-in agents until stdin closes; print their ports as one JSON line."""
+
+    async def main() -> None:
+        now = time.time()
+        servers = []
+        ports: list[int] = []
+        for index in range(count):
+            node = f"gpu-node-{index + 1:04d}"
+            body = json.dumps(status_document(node, now, index)).encode()
+            answer = (
+                b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+
+            async def handle(
+                reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answer: bytes = answer
+            ) -> None:
+                try:
+                    await reader.readuntil(b"\r\n\r\n")
+                    writer.write(answer)
+                    await writer.drain()
+                except (ConnectionError, asyncio.IncompleteReadError):
+                    pass
+                finally:
+                    writer.close()
+
+            server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=256)
+            servers.append(server)
+            ports.append(server.sockets[0].getsockname()[1])
+        print(json.dumps(ports), flush=True)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, sys.stdin.read)  # until the parent closes stdin
+        for server in servers:
+            server.close()
+
+    asyncio.run(main())
+
+
+def fleetctl(args: list[str]) -> tuple[float, subprocess.CompletedProcess[str]]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "fleetd.cli.fleetctl_main", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        check=False,
+    )
+    return time.perf_counter() - started, done
+
+
+def bench_fanout(count: int, runs: int, timeout: float) -> dict[str, Any]:
+    server = subprocess.Popen(
+        [sys.executable, __file__, "--serve", str(count)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        assert server.stdout is not None
+        ports = json.loads(server.stdout.readline())
+        with tempfile.TemporaryDirectory() as tmp:
+            inventory = Path(tmp) / "inventory.yaml"
+            inventory.write_text(
+                "".join(
+                    f"- {{name: gpu-node-{i + 1:04d}, address: '127.0.0.1:{port}'}}\n"
+                    for i, port in enumerate(ports)
+                )
+            )
+            walls, complete = [], True
+            for _ in range(runs):
+                wall, done = fleetctl(
+                    ["status", "--inventory", str(inventory), "--timeout", str(timeout)]
+                )
+                walls.append(wall)
+                complete = complete and done.returncode == 0
+                complete = complete and f"{count} nodes: {count} healthy" in done.stdout
+        return {"seconds": statistics.median(walls), "all_runs": walls, "complete": complete}
+    finally:
+        if server.stdin is not None:
+            server.stdin.close()
+        server.wait(timeout=30)
+
+
+# ------------------------------------------------------------------------------ registry
+def bench_registry(count: int, runs: int) -> dict[str, Any]:
+    from sqlalchemy import create_engine, text
+
+    from fleetd.registry.store import REGISTRY_METADATA, nodes_table, summary_row
+    from fleetd.registry.summary import summarize
+
+    schema = f"bench_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(PG_BASE_URL)
+    with admin.begin() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    url = f"{PG_BASE_URL}?options=-csearch_path%3D{schema}"
+    engine = create_engine(url)
+    try:
+        REGISTRY_METADATA.create_all(engine)
+        now = time.time()
+        rows = []
+        for index in range(count):
+            node = f"gpu-node-{index + 1:05d}"
+            status = status_document(node, now, index)
+            rows.append(summary_row(summarize(status), now - 5, f"http://{node}:9477"))
+        with engine.begin() as conn:
+            conn.execute(nodes_table.insert(), rows)
+        walls, complete = [], True
+        for _ in range(runs):
+            wall, done = fleetctl(["status", "--db", url])
+            walls.append(wall)
+            complete = complete and done.returncode == 0
+            complete = complete and f"{count} nodes: {count} healthy" in done.stdout
+        return {"seconds": statistics.median(walls), "all_runs": walls, "complete": complete}
+    finally:
+        engine.dispose()
+        with admin.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--agents", type=int, default=1000)
+    parser.add_argument("--registry-nodes", type=int, default=10_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=3.0)
+    args = parser.parse_args()
+    if args.serve is not None:
+        serve(args.serve)
+        return
+    fanout = bench_fanout(args.agents, args.runs, args.timeout)
+    registry = bench_registry(args.registry_nodes, args.runs)
+    print(
+        json.dumps(
+            {
+                "bench": "fanout",
+                "fanout_agents": args.agents,
+                "fanout_wall_s": round(fanout["seconds"], 3),
+                "fanout_complete": fanout["complete"],
+                "fanout_target_s": 3.0,
+                "registry_nodes": args.registry_nodes,
+                "registry_wall_s": round(registry["seconds"], 3),
+                "registry_complete": registry["complete"],
+                "registry_target_s": 1.0,
+                "runs": args.runs,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,188 @@
+"""Benchmark: fleetd's own overhead per remediation run, with every configured wait at zero.
+
+Each run is the whole loop on the simulated 8-GPU MI355X hive: an uncorrectable-error alert
+on one GPU → every stand-in vLLM worker of the hive out of rotation (HTTP hook), two idle
+reads of its /metrics, ``systemctl stop`` (the stand-in script on PATH) → process check →
+one hive reset → re-enumeration and three verification polls through the real backend and
+poller → ``systemctl start`` → /health, /v1/models and a 1-token completion → back into
+rotation. The journal is a real SQLite file (WAL), the lease the per-node one.
+
+``overhead_s_*`` is the wall time of a run minus the time spent outside the remediation
+code — in the worker adapters (HTTP, subprocesses), the GPU backend and the poller (the
+simulator) — i.e. the state machine, policy, journal writes, events, logging and the lease.
+The external time and the whole wall time are reported beside it.
+
+Prints one JSON object as its last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmark this checkout
+
+from fleetd.clock import FakeClock
+from fleetd.collect.amdsmi_backend import AmdSmiBackend
+from fleetd.collect.collectors import default_collectors
+from fleetd.collect.poller import Poller
+from fleetd.config import FleetdConfig
+from fleetd.logs import configure_logging
+from fleetd.model import Alert, AlertKey, AlertState, Severity, Transition, make_labels
+from fleetd.remedy import machine as m
+from fleetd.remedy.wiring import build_remediation
+from fleetd.sim import SimulatedAmdSmi, build_node
+from fleetd.sim.vllm_worker import StandInFleet
+from fleetd.store.db import Database, sqlite_url
+from fleetd.store.journal import RunJournal
+
+NODE = "bench-node"
+
+
+def zero_wait_section(out_url: str, in_url: str) -> dict[str, Any]:
+    return {
+        "mode": "on",
+        "probation": 0,
+        "budget": {"max_resets": 1_000_000},
+        "drain": {
+            "balancer_delay": 0,
+            "poll_interval": 0,
+            "release_poll_interval": 0,
+            "timeout": "5m",
+        },
+        "verify": {"healthy_polls": 3, "poll_interval": 0, "timeout": "5m"},
+        "readmit": {"poll_interval": 0, "timeout": "5m", "completion_check": True},
+        "workers": {"rotation": {"http": {"out_url": out_url, "in_url": in_url}}},
+        "fleet": {"max_gpus_out": 64, "breaker": {"max_failures": 1_000_000}},
+    }
+
+
+def transition(gpu: int, at: float) -> Transition:
+    alert = Alert(
+        key=AlertKey("GpuUncorrectableEcc", make_labels({"gpu": gpu})),
+        state=AlertState.FIRING,
+        severity=Severity.CRITICAL,
+        labels=make_labels({"alertname": "GpuUncorrectableEcc", "gpu": gpu, "node": NODE}),
+        value=1.0,
+        fired_at=at,
+        remediation_plan="reset",
+    )
+    return Transition(alert, AlertState.PENDING, AlertState.FIRING, at)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--workers", type=int, default=8, help="stand-in vLLM workers (GPUs)")
+    args = parser.parse_args()
+    with open(os.devnull, "w") as devnull:  # logs are rendered (part of the cost), discarded
+        configure_logging("json", "info", stream=devnull)
+        print(json.dumps(bench(args.runs, args.workers)))
+
+
+def bench(runs: int, workers: int) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix="fleetd-bench-remedy-"))
+    clock = FakeClock()
+    sim = build_node("MI355X", seed=11, clock=clock)
+    fleet = StandInFleet(tmp / "standin", clock=clock, processes=sim)
+    for gpu in range(workers):
+        fleet.add(f"gpu{gpu}", [gpu], model="bench/llama-70b")
+    os.environ["PATH"] = f"{fleet.bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+    out_url, in_url = fleet.rotation_urls()
+    config = FleetdConfig.model_validate(
+        {
+            "node": {"name": NODE},
+            "state_dir": str(tmp),
+            "vllm": {
+                "workers": [
+                    {
+                        "name": n,
+                        "url": w.url,
+                        "gpus": list(w.gpus),
+                        "unit": w.unit,
+                        "model": w.model,
+                    }
+                    for n, w in fleet.workers.items()
+                ]
+            },
+            "remediation": zero_wait_section(out_url, in_url),
+        }
+    )
+    db = Database.open(sqlite_url(tmp / "fleetd.db"))
+    backend = AmdSmiBackend(SimulatedAmdSmi(sim))
+    poller = Poller(
+        backend, default_collectors(), node=NODE, gpu_timeout=5.0, timer=clock.monotonic
+    )
+    remediation = build_remediation(config, db=db, backend=backend, poller=poller, clock=clock)
+    writes = [0]
+    original_save = RunJournal.save
+
+    def counting_save(self: RunJournal, *a: Any, **kw: Any) -> None:
+        writes[0] += 1
+        original_save(self, *a, **kw)
+
+    RunJournal.save = counting_save  # type: ignore[method-assign]
+
+    executor = remediation.executor
+    walls: list[float] = []
+    overheads: list[float] = []
+    externals: list[float] = []
+    cpus: list[float] = []
+    failures = 0
+    for i in range(runs):
+        clock.advance(60)
+        sim.inject(i % 8, "ecc_uncorrectable")
+        now = clock.now()
+        busy0 = executor.busy_s
+        cpu0 = time.process_time()
+        t0 = time.perf_counter()
+        [run_id] = remediation.handle([transition(i % 8, now)], now)
+        ticks = 0
+        while executor.active() and ticks < 1000:
+            remediation.tick(clock.now())
+            ticks += 1
+        wall = time.perf_counter() - t0
+        cpus.append(time.process_time() - cpu0)
+        external = executor.busy_s - busy0
+        walls.append(wall)
+        externals.append(external)
+        overheads.append(wall - external)
+        run = remediation.run(run_id)
+        if run is None or run.state is not m.RunState.DONE:
+            failures += 1
+    resets = sim.reset_count()
+    fleet.close()
+    poller.close()
+    backend.close()
+    db.dispose()
+    return {
+        "runs": runs,
+        "workers": workers,
+        "gpus_per_run": 8,
+        "completed": runs - failures,
+        "resets": resets,
+        "overhead_s_median": round(statistics.median(overheads), 4),
+        "overhead_s_p99": round(percentile(overheads, 0.99), 4),
+        "external_s_median": round(statistics.median(externals), 4),
+        "wall_s_median": round(statistics.median(walls), 4),
+        "wall_s_p99": round(percentile(walls, 0.99), 4),
+        "process_cpu_s_median": round(statistics.median(cpus), 4),
+        "journal_writes_per_run": round(writes[0] / runs, 1),
+        "target_overhead_s": 0.5,
+    }
+
+
+if __name__ == "__main__":
+    main()

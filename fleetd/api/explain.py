@@ -1,0 +1,246 @@
+"""Why a GPU is in its state: which rule, which readings, what has been done, what is next.
+
+An SRE paged at night should not have to read rule files, the journal and the event log to
+understand one GPU: this puts the answer in one document. Every statement is derived from
+the engine's alert state, the rule that produced it, the stored readings that rule reads,
+the remediation journal and the event log; nothing is guessed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fleetd.api.services import ApiServices
+from fleetd.api.views import Json, event_view, run_view
+from fleetd.configbase import format_duration
+from fleetd.query import Matcher
+from fleetd.remedy.machine import Run, RunState
+from fleetd.remedy.service import RemediationStatus
+from fleetd.rules.ast import metrics_used
+from fleetd.rules.spec import Rule, Threshold
+
+IDENTITY_LABELS = frozenset({"gpu", "uuid"})
+RECENT_EVENTS = 20
+RECENT_RUNS = 50
+
+_NEXT_STEP = {
+    RunState.PLANNED: "wait for the node's remediation slot and the fleet-wide lease",
+    RunState.UNROUTING: "take the workers out of rotation",
+    RunState.BALANCER_WAIT: "wait for the load balancer to stop sending requests",
+    RunState.QUIESCING: "wait until in-flight requests reach 0 (or the drain timeout)",
+    RunState.STOPPING: "stop the workers' units",
+    RunState.RELEASE_CHECK: "confirm no process still holds the GPUs",
+    RunState.RESETTING: "reset the GPUs once, then verify them",
+    RunState.REBOOTING: "wait for the requested node reboot",
+    RunState.VERIFYING: "verify every GPU of the unit (enumerates, healthy polls, links at max)",
+    RunState.BURN_IN: "run the burn-in command",
+    RunState.STARTING: "start the workers' units",
+    RunState.AWAIT_READY: "wait for /health and the model to answer, then re-admit",
+    RunState.ROLLING_BACK: "put the workers back into rotation after aborting",
+}
+
+
+def explain_gpu(services: ApiServices, gpu: Json, alerts: Sequence[Json], now: float) -> Json:
+    """The explanation for one GPU; ``gpu`` is its status entry, ``alerts`` the node's."""
+    index = int(gpu["gpu"])
+    mine = [a for a in alerts if a["gpu"] == index]
+    rules = services.engine.rules
+    model = gpu.get("model")
+    rule_views = [_rule_view(a, rules.get(a["rule"]), model, now) for a in mine]
+    readings = _readings(services, index, [rules.get(a["rule"]) for a in mine], now)
+    runs = _runs(services, index)
+    remedy_status = services.remedy.status() if services.remedy is not None else None
+    events = services.query_events(gpu=index, limit=RECENT_EVENTS)
+    return {
+        "node": services.node,
+        "gpu": index,
+        "now": now,
+        "health": gpu["health"],
+        "summary": _summary(gpu, mine),
+        "alerts": rule_views,
+        "readings": readings,
+        "remediation": {
+            "mode": remedy_status.mode if remedy_status is not None else "off",
+            "current": gpu.get("remediation"),
+            "runs": [run_view(r) for r in runs],
+        },
+        "events": [event_view(e) for e in events],
+        "next": _next_steps(services, remedy_status, gpu, mine, runs, now),
+    }
+
+
+def _summary(gpu: Json, alerts: Sequence[Json]) -> str:
+    health = gpu["health"]
+    state = health["state"]
+    head = f"GPU {gpu['gpu']} is {state}"
+    on = [a for a in alerts if a["state"] == "firing"]
+    if on:
+        parts = []
+        for a in on:
+            since = a["fired_at"]
+            text = f"{a['rule']} ({a['severity']})"
+            if since is not None:
+                text += f" firing since {_clock(since)}"
+            if a["value"] is not None:
+                text += f", value {a['value']:g}"
+            parts.append(text)
+        return f"{head}: " + "; ".join(parts)
+    if health["reasons"]:
+        return f"{head}: " + "; ".join(health["reasons"])
+    pending = [a for a in alerts if a["state"] == "pending"]
+    if pending:
+        return f"{head}; pending: " + ", ".join(a["rule"] for a in pending)
+    return f"{head}: no alert is pending or firing for it"
+
+
+def _rule_view(alert: Json, rule: Rule | None, model: str | None, now: float) -> Json:
+    view: Json = {
+        "rule": alert["rule"],
+        "state": alert["state"],
+        "severity": alert["severity"],
+        "value": alert["value"],
+        "summary": alert["annotations"].get("summary"),
+        "description": alert["annotations"].get("description"),
+        "active_at": alert["active_at"],
+        "fired_at": alert["fired_at"],
+        "resolved_at": alert["resolved_at"],
+        "silenced_by": alert["silenced_by"],
+        "acknowledged": alert["acknowledged"],
+    }
+    if rule is None:
+        view["source"] = alert["source"]
+        return view
+    view.update(
+        {
+            "expr": rule.expr_text,
+            "op": rule.op,
+            "threshold": _level(rule.threshold, model),
+            "clear": _level(rule.clear, model),
+            "for_s": rule.for_s,
+            "keep_firing_for_s": rule.keep_firing_for_s,
+            "runbook": rule.runbook,
+            "rationale": rule.rationale,
+            "remediation_plan": rule.remediation_plan,
+            "defined_at": rule.source,
+        }
+    )
+    if alert["state"] == "pending" and alert["active_at"] is not None:
+        view["fires_at"] = alert["active_at"] + rule.for_s
+    return view
+
+
+def _level(threshold: Threshold | None, model: str | None) -> float | None:
+    return None if threshold is None else threshold.for_model(model)
+
+
+def _readings(
+    services: ApiServices, gpu: int, rules: Sequence[Rule | None], now: float
+) -> list[Json]:
+    """The latest value of every series the GPU's alerting rules read (or its health input)."""
+    metrics: list[str] = []
+    for rule in rules:
+        if rule is not None:
+            metrics.extend(sorted(metrics_used(rule.expr) - set(metrics)))
+    if not metrics:
+        metrics = ["fleetd_gpu_up"]
+    out: list[Json] = []
+    matchers = [Matcher("gpu", "=", str(gpu))]
+    for metric in metrics:
+        latest = services.query.latest(metric, matchers, now=now)
+        for key, sample in sorted(latest.items(), key=lambda kv: kv[0].labels):
+            out.append(
+                {
+                    "metric": metric,
+                    "labels": {k: v for k, v in key.labels if k not in IDENTITY_LABELS},
+                    "value": sample.value,
+                    "at": sample.ts,
+                    "age_s": round(max(0.0, now - sample.ts), 3),
+                }
+            )
+        if not latest:
+            out.append({"metric": metric, "labels": {}, "value": None, "at": None, "age_s": None})
+    return out
+
+
+def _runs(services: ApiServices, gpu: int) -> list[Run]:
+    if services.remedy is None:
+        return []
+    return [r for r in services.remedy.runs(limit=RECENT_RUNS) if gpu in r.gpu_indices]
+
+
+def _next_steps(
+    services: ApiServices,
+    remedy: RemediationStatus | None,
+    gpu: Json,
+    alerts: Sequence[Json],
+    runs: Sequence[Run],
+    now: float,
+) -> list[str]:
+    steps: list[str] = []
+    index = int(gpu["gpu"])
+    active = [r for r in runs if not r.terminal]
+    held = [h for h in (remedy.held if remedy is not None else ()) if index in h.gpus]
+    for run in active:
+        doing = _NEXT_STEP.get(run.state, run.state.value)
+        mode = " (dry-run: steps are logged, nothing is done)" if run.dry_run else ""
+        steps.append(
+            f"run {run.run_id} ({run.plan.value}) is {run.state.phase}: next, {doing}{mode}"
+        )
+    for hold in held:
+        steps.append(
+            f"held out of service by run {hold.run_id} ({hold.state}"
+            f"{': ' + hold.reason if hold.reason else ''}): a human decides; "
+            f"`fleetctl undrain {services.node} {index}` puts it back"
+        )
+    for alert in alerts:
+        if alert["state"] == "pending" and alert.get("active_at") is not None:
+            rule = services.engine.rules.get(alert["rule"])
+            if rule is not None:
+                fires = alert["active_at"] + rule.for_s
+                steps.append(
+                    f"{alert['rule']} fires at {_clock(fires)} "
+                    f"(in {format_duration(max(0, round(fires - now)))}) if it still holds"
+                )
+        if alert["state"] != "firing":
+            continue
+        plan = alert.get("remediation_plan")
+        if plan and not active and not held:
+            if remedy is None or remedy.mode == "off":
+                steps.append(
+                    f"{alert['rule']} asks for remediation plan '{plan}' but remediation is off: "
+                    "follow the runbook"
+                )
+            elif remedy.paused.paused:
+                steps.append(
+                    f"{alert['rule']} asks for remediation plan '{plan}' but remediation is "
+                    "paused: `fleetctl remediation resume` or act by hand"
+                )
+            elif remedy.breaker.tripped:
+                steps.append(
+                    f"{alert['rule']} asks for remediation plan '{plan}' but the circuit breaker "
+                    f"({remedy.lease_scope}) is tripped: a human resets it or acts by hand"
+                )
+            elif remedy.mode == "dry-run":
+                steps.append(
+                    f"{alert['rule']} asks for remediation plan '{plan}': mode is dry-run, so "
+                    "fleetd only logs the plan; a human acts"
+                )
+            else:
+                steps.append(f"{alert['rule']} triggers remediation plan '{plan}'")
+        elif not plan:
+            rule = services.engine.rules.get(alert["rule"])
+            runbook = rule.runbook if rule is not None and rule.runbook else "its runbook"
+            steps.append(f"{alert['rule']} has no automatic remediation: follow {runbook}")
+        if alert["silenced_by"]:
+            steps.append(f"{alert['rule']} is silenced ({', '.join(alert['silenced_by'])})")
+    if gpu["health"]["state"] == "unknown" and not alerts:
+        steps.append("waiting for fresh telemetry: health stays unknown until the GPU answers")
+    if not steps:
+        steps.append("nothing: the GPU is healthy and no alert is pending")
+    return steps
+
+
+def _clock(ts: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%SZ")

@@ -1,0 +1,220 @@
+"""What the API reads and acts on: the daemon's components, handed over in one object.
+
+The daemon builds every component and passes them here; the API never builds, starts or
+owns any of them, and never reads the clock itself except through the ``Clock`` it is given
+(the daemon passes its ``SystemClock``, tests a ``FakeClock``). Remediation is reached
+through the small ``RemediationControl`` protocol so the API depends on what it asks of
+remediation, not on how remediation is built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from fleetd import __version__
+from fleetd.alert.dispatch import Dispatcher
+from fleetd.api.config import ApiConfig
+from fleetd.clock import Clock
+from fleetd.model import Snapshot
+from fleetd.query import Query
+from fleetd.remedy.events import RemediationEvent
+from fleetd.remedy.machine import Run
+from fleetd.remedy.service import RemediationStatus
+from fleetd.rules.engine import RuleEngine
+from fleetd.rules.health import NodeHealth
+from fleetd.rules.state import AlertEntry
+from fleetd.store.events import Event, EventLog
+
+
+class RemediationControl(Protocol):
+    """What the API needs from remediation (``fleetd.remedy.service.Remediation``).
+
+    Refusals (a GPU already in a run, nothing to undrain, no such run) raise
+    ``fleetd.errors.RemedyError`` with a message for the operator; a bad argument raises
+    ``ValueError``.
+    """
+
+    def status(self) -> RemediationStatus:
+        """Mode, pause switch, breaker, fleet lease use, active runs and held GPUs."""
+        ...
+
+    def runs(self, *, limit: int = 50) -> list[Run]:
+        """Recent runs, newest first."""
+        ...
+
+    def run(self, run_id: str) -> Run | None: ...
+
+    def events(self, run_id: str | None = None, *, limit: int = 1000) -> list[RemediationEvent]:
+        """Step events in the order they happened."""
+        ...
+
+    def drain(self, gpu: int, *, who: str, why: str, now: float) -> str:
+        """Take ``gpu``'s reset unit out of service until undrained; the new run's id."""
+        ...
+
+    def undrain(self, gpu: int, *, who: str, why: str, now: float) -> str:
+        """Put ``gpu``'s held reset unit back into service; the new run's id."""
+        ...
+
+    def cancel(self, run_id: str, *, who: str, why: str, now: float) -> Run: ...
+
+    def pause(self, *, who: str, why: str, now: float) -> None: ...
+
+    def resume(self, *, who: str, why: str, now: float) -> None: ...
+
+    def reset_breaker(self, *, who: str, now: float) -> None: ...
+
+
+ReloadCallback = Callable[[], object]
+"""Reload fleetd.yaml and the rules; raises ``fleetd.errors.ConfigError`` and changes nothing
+when any file is bad (the daemon's SIGHUP path)."""
+
+
+class EventStore(Protocol):
+    """The daemon's storage handle (``fleetd.store.resilient.ResilientStore``): events are
+    queued while storage is down and written later; reads raise ``StoreError`` meanwhile."""
+
+    def append_event(
+        self,
+        kind: str,
+        *,
+        now: float,
+        gpu: int | None = None,
+        message: str,
+        data: Mapping[str, Any] | None = None,
+        actor: str | None = None,
+        node: str | None = None,
+    ) -> int | None: ...
+
+    def query_events(self, **filters: Any) -> list[Event]: ...
+
+
+class ApiServices:
+    """The components the API serves, as the daemon wired them.
+
+    Args:
+        node: this node's name (alerts, the event log and the registry use the same).
+        clock: where ``now`` comes from.
+        latest_snapshot: the newest poll (None before the first).
+        engine: the rule engine (alerts, rule health, GPU health).
+        dispatcher: alert delivery (silences, acknowledgements, muting).
+        events: the event log, or the storage handle that owns it; every mutation is
+            recorded there.
+        query: telemetry history for GPU detail and ``explain``.
+        remedy: remediation control, or None when remediation is not built on this node.
+        reload: the daemon's reload, or None when it cannot reload.
+        health: the health verdict; defaults to the engine's last one.
+        config: the ``api:`` section (history sizes).
+        engine_lock: held by the daemon while the engine evaluates; the API holds it while it
+            copies the engine's alerts (HTTP threads run beside the poll loop). Without one,
+            a copy that races an evaluation is simply taken again.
+    """
+
+    def __init__(
+        self,
+        *,
+        node: str,
+        clock: Clock,
+        latest_snapshot: Callable[[], Snapshot | None],
+        engine: RuleEngine,
+        dispatcher: Dispatcher,
+        events: EventLog | EventStore,
+        query: Query,
+        remedy: RemediationControl | None = None,
+        reload: ReloadCallback | None = None,
+        health: Callable[[], NodeHealth | None] | None = None,
+        config: ApiConfig | None = None,
+        version: str = __version__,
+        started_at: float | None = None,
+        engine_lock: AbstractContextManager[Any] | None = None,
+    ) -> None:
+        self.node = node
+        self.clock = clock
+        self.latest_snapshot = latest_snapshot
+        self.engine = engine
+        self.dispatcher = dispatcher
+        self._events = events
+        self.query = query
+        self.remedy = remedy
+        self.reload = reload
+        self.health = health if health is not None else engine.health
+        self.config = config if config is not None else ApiConfig()
+        self.version = version
+        self.started_at = started_at if started_at is not None else clock.now()
+        self._engine_lock = engine_lock
+
+    def alert_entries(self) -> list[AlertEntry]:
+        """A consistent copy of the engine's alerts."""
+        if self._engine_lock is not None:
+            with self._engine_lock:
+                return self.engine.entries()
+        for _ in range(5):
+            try:
+                return self.engine.entries()
+            except RuntimeError:  # "dictionary changed size during iteration"
+                continue
+        return self.engine.entries()
+
+    def now(self) -> float:
+        return self.clock.now()
+
+    def record_event(
+        self,
+        kind: str,
+        *,
+        now: float,
+        message: str,
+        gpu: int | None = None,
+        data: Mapping[str, Any] | None = None,
+        actor: str | None = None,
+    ) -> None:
+        """Append one event for this node."""
+        events = self._events
+        if isinstance(events, EventLog):
+            events.append(
+                kind, now=now, node=self.node, gpu=gpu, message=message, data=data, actor=actor
+            )
+        else:
+            events.append_event(
+                kind, now=now, node=self.node, gpu=gpu, message=message, data=data, actor=actor
+            )
+
+    def query_events(
+        self,
+        *,
+        gpu: int | None = None,
+        kinds: Iterable[str] | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int = 200,
+    ) -> list[Event]:
+        """This node's newest events matching the filters, oldest first."""
+        filters: dict[str, Any] = {
+            "node": self.node,
+            "gpu": gpu,
+            "kinds": None if kinds is None else list(kinds),
+            "since": since,
+            "until": until,
+            "limit": limit,
+            "newest_first": True,
+        }
+        events = self._events
+        found = (
+            events.query(**filters)
+            if isinstance(events, EventLog)
+            else events.query_events(**filters)
+        )
+        return list(reversed(found))
+
+    def known_gpus(self, snapshot: Snapshot | None, health: NodeHealth | None) -> Sequence[int]:
+        """GPU indices this node knows of: enumerated in the last poll or judged by health."""
+        found: set[int] = set()
+        if snapshot is not None:
+            found.update(status.gpu.index for status in snapshot.gpus)
+        if health is not None:
+            found.update(
+                int(item.gpu) for item in health.gpus if item.gpu.isascii() and item.gpu.isdigit()
+            )
+        return sorted(found)

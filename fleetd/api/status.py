@@ -1,0 +1,313 @@
+"""The node's status: health, each GPU with its key readings, alerts, remediation, data age.
+
+Readings come from the newest poll, as the collectors reported them: a reading that was
+missing in that poll is ``null`` here, never zero. The same document is what the fleet
+registry publishes and what ``fleetctl status`` reads, so its fields are the contract of
+the fleet view (docs/api/openapi.yaml, ``NodeStatus``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from fleetd.api.alerts import current_alerts, firing
+from fleetd.api.services import ApiServices
+from fleetd.api.views import (
+    Json,
+    breaker_view,
+    gpu_of,
+    health_view,
+    held_view,
+    pause_view,
+    run_view,
+    severity_counts,
+)
+from fleetd.configbase import format_duration
+from fleetd.model import GpuStatus, Health, HealthState, Reading, Snapshot, label_value
+from fleetd.remedy.machine import Run
+from fleetd.remedy.service import HeldGpus, RemediationStatus
+from fleetd.rules.health import NodeHealth
+from fleetd.store.journal import PauseState
+
+UNKNOWN = Health(HealthState.UNKNOWN, None, ("no health verdict yet",))
+
+
+@dataclass(frozen=True, slots=True)
+class KeyReading:
+    """One field of a GPU's ``readings``: which metric, which labels, how to combine series."""
+
+    name: str
+    metric: str
+    labels: tuple[tuple[str, str], ...] = ()
+    combine: str = "one"  # one | sum | count_up
+
+
+KEY_READINGS: tuple[KeyReading, ...] = (
+    KeyReading("temperature_hotspot_c", "fleetd_gpu_temperature_celsius", (("sensor", "hotspot"),)),
+    KeyReading("temperature_hbm_c", "fleetd_gpu_temperature_celsius", (("sensor", "hbm"),)),
+    KeyReading(
+        "temperature_hotspot_limit_c",
+        "fleetd_gpu_temperature_limit_celsius",
+        (("sensor", "hotspot"), ("limit", "critical")),
+    ),
+    KeyReading("power_w", "fleetd_gpu_power_watts"),
+    KeyReading("power_cap_w", "fleetd_gpu_power_cap_watts"),
+    KeyReading("utilization_gfx", "fleetd_gpu_utilization_ratio", (("engine", "gfx"),)),
+    KeyReading("memory_used_bytes", "fleetd_gpu_memory_used_bytes"),
+    KeyReading("memory_total_bytes", "fleetd_gpu_memory_total_bytes"),
+    KeyReading("ecc_correctable_total", "fleetd_gpu_ecc_errors_total", (("type", "correctable"),)),
+    KeyReading(
+        "ecc_uncorrectable_total", "fleetd_gpu_ecc_errors_total", (("type", "uncorrectable"),)
+    ),
+    KeyReading("ecc_deferred_total", "fleetd_gpu_ecc_errors_total", (("type", "deferred"),)),
+    KeyReading("retired_pages", "fleetd_gpu_retired_pages", combine="sum"),
+    KeyReading("pcie_width", "fleetd_gpu_pcie_link_width_lanes"),
+    KeyReading("pcie_max_width", "fleetd_gpu_pcie_link_max_width_lanes"),
+    KeyReading("pcie_speed_gts", "fleetd_gpu_pcie_link_speed_gigatransfers_per_second"),
+    KeyReading("pcie_max_speed_gts", "fleetd_gpu_pcie_link_max_speed_gigatransfers_per_second"),
+    KeyReading("xgmi_links_up", "fleetd_gpu_xgmi_links", (("state", "up"),)),
+    KeyReading("xgmi_links_down", "fleetd_gpu_xgmi_links", (("state", "down"),)),
+)
+
+_WANTED = frozenset(k.metric for k in KEY_READINGS) | {"fleetd_gpu_info"}
+
+
+@dataclass(slots=True)
+class _GpuReadings:
+    by_metric: dict[str, list[Reading]] = field(default_factory=dict)
+
+
+def index_readings(snapshot: Snapshot | None) -> dict[int, _GpuReadings]:
+    """The snapshot's key readings grouped by GPU index."""
+    out: dict[int, _GpuReadings] = {}
+    if snapshot is None:
+        return out
+    for reading in snapshot.readings:
+        if reading.metric not in _WANTED:
+            continue
+        gpu = gpu_of(reading.labels)
+        if gpu is None:
+            continue
+        out.setdefault(gpu, _GpuReadings()).by_metric.setdefault(reading.metric, []).append(reading)
+    return out
+
+
+def key_readings(readings: _GpuReadings | None) -> dict[str, float | None]:
+    """The ``readings`` object of one GPU: each key reading, or None when missing."""
+    out: dict[str, float | None] = {}
+    for spec in KEY_READINGS:
+        found = [] if readings is None else readings.by_metric.get(spec.metric, [])
+        chosen = [r for r in found if all(label_value(r.labels, k) == v for k, v in spec.labels)]
+        values = [r.value for r in chosen]
+        if not values or any(v is None for v in values):
+            out[spec.name] = None
+        elif spec.combine == "sum":
+            out[spec.name] = float(sum(v for v in values if v is not None))
+        else:
+            out[spec.name] = values[-1]
+    return out
+
+
+def _identity(status: GpuStatus | None, readings: _GpuReadings | None) -> Json:
+    if status is not None:
+        gpu = status.gpu
+        return {
+            "uuid": gpu.uuid,
+            "bdf": gpu.bdf,
+            "model": gpu.model,
+            "product": gpu.product,
+            "serial": gpu.serial,
+            "hive_id": gpu.hive_id,
+        }
+    info = (readings.by_metric.get("fleetd_gpu_info") if readings else None) or []
+    labels = dict(info[-1].labels) if info else {}
+    return {
+        "uuid": labels.get("uuid"),
+        "bdf": labels.get("bdf"),
+        "model": labels.get("model"),
+        "product": labels.get("product"),
+        "serial": labels.get("serial"),
+        "hive_id": labels.get("hive_id"),
+    }
+
+
+def runs_by_gpu(
+    active: Iterable[Run], held: Iterable[HeldGpus], lookup: Callable[[str], Run | None]
+) -> dict[int, Json]:
+    """The remediation state each GPU is in: an active run first, else a hold."""
+    out: dict[int, Json] = {}
+    for hold in held:
+        run = lookup(hold.run_id)
+        for gpu in hold.gpus:
+            out[gpu] = {
+                "run_id": hold.run_id,
+                "plan": run.plan.value if run is not None else "unknown",
+                "state": hold.state,
+                "phase": hold.state,
+                "dry_run": run.dry_run if run is not None else False,
+                "holding": True,
+            }
+    for run in active:
+        for gpu in run.gpu_indices:
+            out[gpu] = _run_brief(run)
+    return out
+
+
+def _run_brief(run: Run) -> Json:
+    return {
+        "run_id": run.run_id,
+        "plan": run.plan.value,
+        "state": run.state.value,
+        "phase": run.state.phase,
+        "dry_run": run.dry_run,
+        "holding": False,
+    }
+
+
+def gpu_entries(
+    services: ApiServices,
+    snapshot: Snapshot | None,
+    health: NodeHealth | None,
+    alerts: Sequence[Json],
+    remediation: dict[int, Json],
+    now: float,
+) -> list[Json]:
+    """One entry per known GPU, in index order."""
+    statuses = {s.gpu.index: s for s in snapshot.gpus} if snapshot is not None else {}
+    readings = index_readings(snapshot)
+    out: list[Json] = []
+    for index in services.known_gpus(snapshot, health):
+        status = statuses.get(index)
+        verdict = health.gpu(index) if health is not None else None
+        judged = (
+            aged(verdict.health, health.at, now, services)
+            if verdict is not None and health is not None
+            else UNKNOWN
+        )
+        mine = [a for a in alerts if a["gpu"] == index and a["state"] == "firing"]
+        out.append(
+            {
+                "gpu": index,
+                **_identity(status, readings.get(index)),
+                "present": status.present if status is not None else None,
+                "responsive": status.responsive if status is not None else None,
+                "error": status.error if status is not None else None,
+                "missing_readings": status.missing_readings if status is not None else None,
+                "health": health_view(judged),
+                "readings": key_readings(readings.get(index)),
+                "alerts": severity_counts(a["severity"] for a in mine),
+                "remediation": remediation.get(index),
+            }
+        )
+    return out
+
+
+def remediation_summary(services: ApiServices) -> tuple[Json, RemediationStatus | None]:
+    """The node's remediation state (and the facade's status it came from)."""
+    if services.remedy is None:
+        return (
+            {
+                "available": False,
+                "mode": "off",
+                "pause": pause_view(PauseState(False)),
+                "breaker": {"tripped": False, "reason": None, "tripped_at": None},
+                "lease_scope": None,
+                "gpus_out_of_service": 0,
+                "in_progress": False,
+                "active": [],
+                "held": [],
+            },
+            None,
+        )
+    status = services.remedy.status()
+    return (
+        {
+            "available": True,
+            "mode": status.mode,
+            "pause": pause_view(status.paused),
+            "breaker": breaker_view(status.breaker),
+            "lease_scope": status.lease_scope,
+            "gpus_out_of_service": status.gpus_out_of_service,
+            "in_progress": bool(status.active),
+            "active": [run_view(r) for r in status.active],
+            "held": [held_view(h) for h in status.held],
+        },
+        status,
+    )
+
+
+def aged(verdict: Health, at: float, now: float, services: ApiServices) -> Health:
+    """A verdict made at ``at``, seen at ``now``: its data is older, and a verdict whose data
+    has gone stale since (the poll loop stopped) is unknown, never healthy."""
+    if verdict.data_age_s is None:
+        return verdict
+    age = verdict.data_age_s + max(0.0, now - at)
+    stale_after = services.engine.settings.lookback_s
+    if age > stale_after and verdict.state != HealthState.UNKNOWN:
+        return Health(
+            HealthState.UNKNOWN,
+            age,
+            (f"no fresh health verdict for {format_duration(round(age))}", *verdict.reasons),
+        )
+    return Health(verdict.state, age, verdict.reasons)
+
+
+def node_status(services: ApiServices, now: float) -> Json:
+    """The whole status document of this node."""
+    snapshot = services.latest_snapshot()
+    health = services.health()
+    alerts = current_alerts(services, now)
+    remediation, remedy_status = remediation_summary(services)
+    per_gpu = (
+        runs_by_gpu(remedy_status.active, remedy_status.held, services.remedy.run)
+        if remedy_status is not None and services.remedy is not None
+        else {}
+    )
+    gpus = gpu_entries(services, snapshot, health, alerts, per_gpu, now)
+    node_health = aged(health.node, health.at, now, services) if health is not None else UNKNOWN
+    hottest = [
+        g["readings"]["temperature_hotspot_c"]
+        for g in gpus
+        if g["readings"]["temperature_hotspot_c"] is not None
+    ]
+    power = [g["readings"]["power_w"] for g in gpus if g["readings"]["power_w"] is not None]
+    statuses = services.engine.rule_statuses()
+    reload_status = services.engine.reload_status
+    on = firing(alerts)
+    return {
+        "node": services.node,
+        "version": services.version,
+        "now": now,
+        "started_at": services.started_at,
+        "health": health_view(node_health),
+        "last_poll_at": snapshot.ts if snapshot is not None else None,
+        "data_age_s": round(max(0.0, now - snapshot.ts), 3) if snapshot is not None else None,
+        "gpus_total": len(gpus),
+        "gpus_healthy": sum(1 for g in gpus if g["health"]["state"] == "healthy"),
+        "hottest_junction_c": max(hottest) if hottest else None,
+        "power_w": round(sum(power), 1) if power else None,
+        "alerts": {
+            **severity_counts(a["severity"] for a in on),
+            "pending": sum(1 for a in alerts if a["state"] == "pending"),
+            "firing": [
+                {
+                    "rule": a["rule"],
+                    "severity": a["severity"],
+                    "gpu": a["gpu"],
+                    "summary": a["annotations"].get("summary"),
+                    "silenced": bool(a["silenced_by"]),
+                }
+                for a in on
+            ],
+        },
+        "remediation": remediation,
+        "rules": {
+            "loaded": len(statuses),
+            "failing": [s.rule for s in statuses if s.health == "err"],
+            "last_eval_at": services.engine.last_eval_at,
+            "last_reload_ok": reload_status.last_ok,
+            "last_reload_problems": list(reload_status.last_problems),
+        },
+        "gpus": gpus,
+    }

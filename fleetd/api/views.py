@@ -1,0 +1,232 @@
+"""JSON views of fleetd's value types, as the API returns them.
+
+One place decides field names (snake_case), units (in the name: ``_c``, ``_w``, ``_s``,
+``_bytes``) and time (Unix seconds), so every endpoint and fleetctl agree. Missing values
+are ``null``, never zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from fleetd.alert.matchers import format_matcher
+from fleetd.model import Alert, Health, Labels, label_value
+from fleetd.remedy.events import RemediationEvent
+from fleetd.remedy.lease import BreakerStatus
+from fleetd.remedy.machine import Run
+from fleetd.remedy.service import HeldGpus
+from fleetd.rules.engine import RuleStatus
+from fleetd.rules.state import AlertEntry
+from fleetd.store.events import Event
+from fleetd.store.journal import PauseState
+from fleetd.store.silences import Silence
+
+Json = dict[str, Any]
+
+
+def health_view(health: Health) -> Json:
+    return {
+        "state": health.state.value,
+        "data_age_s": _round(health.data_age_s),
+        "reasons": list(health.reasons),
+    }
+
+
+def gpu_of(labels: Labels) -> int | None:
+    """The ``gpu`` label as an index, or None for node-level series and alerts."""
+    value = label_value(labels, "gpu")
+    return int(value) if value is not None and value.isascii() and value.isdigit() else None
+
+
+def alert_view(entry: AlertEntry, muting: Mapping[str, Any] | None = None) -> Json:
+    """A rules-engine alert; ``muting`` is the dispatcher's view of it when it has one."""
+    alert: Alert = entry.alert
+    fingerprint = alert.key.fingerprint()
+    return {
+        "fingerprint": fingerprint,
+        "rule": alert.key.rule,
+        "state": alert.state.value,
+        "severity": alert.severity.value,
+        "gpu": gpu_of(alert.key.labels),
+        "labels": dict(alert.labels),
+        "annotations": dict(alert.annotations),
+        "value": alert.value,
+        "active_at": alert.active_at,
+        "fired_at": alert.fired_at,
+        "resolved_at": alert.resolved_at,
+        "no_data_since": entry.no_data_since,
+        "remediation_plan": alert.remediation_plan,
+        "source": "rules",
+        **_muting(muting),
+    }
+
+
+def dispatcher_alert_view(item: Mapping[str, Any]) -> Json:
+    """An alert only the dispatcher holds (remediation in progress, delivery self-alerts)."""
+    labels = {str(k): str(v) for k, v in dict(item.get("labels") or {}).items()}
+    gpu = labels.get("gpu")
+    return {
+        "fingerprint": str(item.get("fingerprint")),
+        "rule": labels.get("alertname", ""),
+        "state": str(item.get("status")),
+        "severity": labels.get("severity", "warning"),
+        "gpu": int(gpu) if gpu is not None and gpu.isascii() and gpu.isdigit() else None,
+        "labels": labels,
+        "annotations": dict(item.get("annotations") or {}),
+        "value": None,
+        "active_at": _seconds(item.get("startsAt")),
+        "fired_at": _seconds(item.get("startsAt")),
+        "resolved_at": _seconds(item.get("endsAt")),
+        "no_data_since": None,
+        "remediation_plan": None,
+        "source": "dispatcher",
+        **_muting(item),
+    }
+
+
+def _muting(item: Mapping[str, Any] | None) -> Json:
+    if item is None:
+        return {"silenced_by": [], "inhibited_by": [], "acknowledged": False}
+    return {
+        "silenced_by": list(item.get("silencedBy") or []),
+        "inhibited_by": list(item.get("inhibitedBy") or []),
+        "acknowledged": bool(item.get("acknowledged")),
+    }
+
+
+def _seconds(value: object) -> float | None:
+    """The dispatcher's RFC 3339 times back to Unix seconds."""
+    if value is None:
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    from datetime import datetime
+
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+
+
+def silence_view(silence: Silence, now: float) -> Json:
+    return {
+        "id": silence.id,
+        "matchers": [format_matcher(m) for m in silence.matchers],
+        "starts_at": silence.starts_at,
+        "ends_at": silence.ends_at,
+        "created_by": silence.created_by,
+        "comment": silence.comment,
+        "created_at": silence.created_at,
+        "updated_at": silence.updated_at,
+        "state": silence.state(now),
+    }
+
+
+def run_view(run: Run) -> Json:
+    """A remediation run: what it is doing, to which GPUs and workers, and why."""
+    trigger = run.trigger
+    return {
+        "run_id": run.run_id,
+        "plan": run.plan.value,
+        "state": run.state.value,
+        "phase": run.state.phase,
+        "terminal": run.terminal,
+        "holding": run.holding,
+        "dry_run": run.dry_run,
+        "gpus": list(run.gpu_indices),
+        "workers": [
+            {"name": w.name, "phase": w.phase.value, "in_flight": w.in_flight, "detail": w.detail}
+            for w in run.workers
+        ],
+        "trigger": {
+            "kind": trigger.kind,
+            "at": trigger.at,
+            "rule": trigger.rule,
+            "gpu": trigger.gpu,
+            "severity": trigger.severity,
+            "value": trigger.value,
+            "who": trigger.who,
+            "why": trigger.why,
+            "description": trigger.describe(),
+        },
+        "created_at": run.created_at,
+        "entered_at": run.entered_at,
+        "next_at": run.next_at,
+        "deadline": run.deadline,
+        "reset_count": run.reset_count,
+        "outcome": run.outcome,
+        "problems": list(run.last_problems),
+        "evidence": list(run.evidence),
+    }
+
+
+def remediation_event_view(event: RemediationEvent) -> Json:
+    return {
+        "event_id": event.event_id,
+        "run_id": event.run_id,
+        "seq": event.seq,
+        "at": event.at,
+        "kind": event.kind,
+        "severity": event.severity,
+        "message": event.message,
+        "state": event.state,
+        "phase": event.phase,
+        "plan": event.plan,
+        "dry_run": event.dry_run,
+        "gpus": list(event.gpus),
+        "workers": list(event.workers),
+        "evidence": list(event.evidence),
+    }
+
+
+def pause_view(state: PauseState) -> Json:
+    return {"paused": state.paused, "by": state.by, "reason": state.reason, "at": state.at}
+
+
+def breaker_view(state: BreakerStatus) -> Json:
+    return {"tripped": state.tripped, "reason": state.reason, "tripped_at": state.tripped_at}
+
+
+def held_view(held: HeldGpus) -> Json:
+    """GPUs a finished run keeps out of service (quarantined, drained) until a human acts."""
+    return {
+        "run_id": held.run_id,
+        "gpus": list(held.gpus),
+        "workers": list(held.workers),
+        "state": held.state,
+        "reason": held.reason,
+        "since": held.since,
+    }
+
+
+def event_view(event: Event) -> Json:
+    return {
+        "id": event.id,
+        "ts": event.ts,
+        "node": event.node,
+        "gpu": event.gpu,
+        "kind": event.kind,
+        "message": event.message,
+        "actor": event.actor,
+        "data": dict(event.data),
+    }
+
+
+def rule_status_view(status: RuleStatus) -> Json:
+    return {
+        "rule": status.rule,
+        "health": status.health,
+        "last_error": status.last_error,
+        "last_eval_at": status.last_eval_at,
+        "last_duration_s": status.last_duration_s,
+        "failures_total": status.failures_total,
+    }
+
+
+def severity_counts(severities: Iterable[str]) -> dict[str, int]:
+    counts = {"critical": 0, "warning": 0, "info": 0}
+    for severity in severities:
+        counts[severity] = counts.get(severity, 0) + 1
+    return counts
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)

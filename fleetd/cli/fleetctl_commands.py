@@ -1,0 +1,615 @@
+"""fleetctl's commands besides ``status``: alerts, silences, drain/undrain, remediation,
+history, explain, reload.
+
+Every change needs the API token (``--token-file``) and a ``--reason``; the agent records
+both with the local user and host. Exit codes: 0 done, 1 the agent refused (the message says
+why), 2 the node could not be reached.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import click
+
+from fleetd.cli.fleetctl_context import (
+    EXIT_OK,
+    EXIT_UNHEALTHY,
+    EXIT_UNREACHABLE,
+    Fail,
+    Fleet,
+    actor,
+    fleet_options,
+    make_fleet,
+)
+from fleetd.cli.fleetctl_http import Reply, Target, fan_out, request
+from fleetd.cli.fleetctl_render import Cell, Column, age, clock, number, render_table
+
+API = "/api/v1"
+
+
+def parse_duration(text: str) -> float:
+    from fleetd.configbase import parse_duration as parse  # pydantic: only when needed
+
+    return parse(text)
+
+
+def _fleet(kwargs: dict[str, Any]) -> Fleet:
+    return make_fleet(
+        kwargs.pop("inventory"),
+        kwargs.pop("db"),
+        kwargs.pop("timeout"),
+        kwargs.pop("token_file"),
+        kwargs.pop("ca_file"),
+        kwargs.pop("colour"),
+        kwargs.pop("stale_after"),
+    )
+
+
+def read(fleet: Fleet, node: str, path: str, **params: Any) -> dict[str, Any]:
+    """GET from one node; Fail with the right exit code when that does not work."""
+    target = fleet.resolve(node)
+    reply = request(
+        target, "GET", API + path, params={"node": target.name, **params}, options=fleet.options()
+    )
+    return _checked(target, reply)
+
+
+def change(fleet: Fleet, node: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """POST a change to one node, signed with the token and the local user."""
+    target = fleet.resolve(node)
+    reply = request(
+        target,
+        "POST",
+        API + path,
+        params={"node": target.name},
+        body={**body, "actor": actor()},
+        options=fleet.options(with_token=True),
+    )
+    return _checked(target, reply)
+
+
+def _checked(target: Target, reply: Reply) -> dict[str, Any]:
+    if not reply.reachable:
+        raise Fail(f"{target.name} ({target.url}): {reply.message()}", EXIT_UNREACHABLE)
+    if reply.status == 404 and "unknown node" in reply.message():
+        raise Fail(f"{target.name} ({target.url}): {reply.message()}", EXIT_UNREACHABLE)
+    if not reply.ok or not isinstance(reply.data, dict):
+        message = reply.message()
+        problems = reply.data.get("problems") if isinstance(reply.data, dict) else None
+        if problems:
+            message += "\n" + "\n".join(f"  {p}" for p in problems)
+        raise Fail(f"{target.name}: {message}", EXIT_UNHEALTHY)
+    return reply.data
+
+
+def _targets(fleet: Fleet, nodes: Sequence[str]) -> list[Target]:
+    return [fleet.resolve(n) for n in nodes] if nodes else fleet.targets()
+
+
+def _unreachable_lines(replies: Sequence[Reply], fleet: Fleet) -> list[str]:
+    return [
+        fleet.painter.paint(f"{r.target.name}: {r.message()}", "bold red")
+        for r in replies
+        if not r.ok
+    ]
+
+
+def _echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2))
+
+
+def reason_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--reason", "-r", required=True, help="Why (recorded in the node's event log)."
+    )(func)
+
+
+# ------------------------------------------------------------------------------------ alerts
+ALERT_COLUMNS = (
+    Column("NODE"),
+    Column("SEVERITY"),
+    Column("ALERT"),
+    Column("GPU", "right"),
+    Column("STATE"),
+    Column("SINCE"),
+    Column("VALUE", "right"),
+    Column("MUTED"),
+    Column("SUMMARY"),
+)
+SEVERITY_STYLES = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+@click.command("alerts")
+@click.argument("nodes", nargs=-1)
+@click.option("--all", "everything", is_flag=True, help="Also pending and recently resolved.")
+@click.option("--severity", type=click.Choice(["critical", "warning", "info"]))
+@click.option("--json", "as_json", is_flag=True)
+@fleet_options
+def alerts_command(
+    nodes: tuple[str, ...], everything: bool, severity: str | None, as_json: bool, **kw: Any
+) -> None:
+    """Firing alerts of NODES (default: the whole fleet), most severe first."""
+    fleet = _fleet(kw)
+    params = {"state": None if everything else "firing", "severity": severity}
+    replies = fan_out(
+        _targets(fleet, nodes), API + "/alerts", params=params, options=fleet.options()
+    )
+    found = [(r.target.name, a) for r in replies if r.ok for a in r.data["alerts"]]
+    order = {"critical": 0, "warning": 1, "info": 2}
+    found.sort(key=lambda na: (order.get(na[1]["severity"], 9), na[0], na[1]["gpu"] or -1))
+    code = EXIT_UNREACHABLE if any(not r.ok for r in replies) else EXIT_OK
+    if as_json:
+        _echo_json(
+            {
+                "alerts": [{"node": n, **a} for n, a in found],
+                "unreachable": [
+                    {"node": r.target.name, "error": r.message()} for r in replies if not r.ok
+                ],
+            }
+        )
+        raise SystemExit(code)
+    rows = []
+    for node, a in found:
+        muted = []
+        if a["silenced_by"]:
+            muted.append("silenced")
+        if a["inhibited_by"]:
+            muted.append("inhibited")
+        if a["acknowledged"]:
+            muted.append("acked")
+        rows.append(
+            [
+                Cell(node),
+                Cell(a["severity"], SEVERITY_STYLES.get(a["severity"])),
+                Cell(a["rule"]),
+                Cell("-" if a["gpu"] is None else str(a["gpu"])),
+                Cell(a["state"]),
+                Cell(clock(a["fired_at"] or a["active_at"])),
+                Cell(number(a["value"], digits=2) if a["value"] is not None else "-"),
+                Cell(",".join(muted) or "-"),
+                Cell(a["annotations"].get("summary", "")),
+            ]
+        )
+    fleet.echo(render_table(ALERT_COLUMNS, rows, fleet.painter))
+    for line in _unreachable_lines(replies, fleet):
+        fleet.echo(line)
+    raise SystemExit(code)
+
+
+@click.command("ack")
+@click.argument("node")
+@click.argument("fingerprint")
+@reason_option
+@fleet_options
+def ack_command(node: str, fingerprint: str, reason: str, **kw: Any) -> None:
+    """Acknowledge a firing alert (no repeat notifications for this episode)."""
+    fleet = _fleet(kw)
+    done = change(fleet, node, f"/alerts/{fingerprint}/ack", {"reason": reason})
+    fleet.echo(f"{node}: acknowledged {fingerprint} as {done['acknowledgement']['author']}")
+
+
+# ---------------------------------------------------------------------------------- silences
+@click.group("silence")
+def silence_group() -> None:
+    """Mute alerts on a node for a while (add, list, expire)."""
+
+
+@silence_group.command("add")
+@click.argument("node")
+@click.argument("matchers", nargs=-1, required=True)
+@click.option("--duration", "-d", default="2h", show_default=True, help="e.g. 30m, 2h, 1d")
+@reason_option
+@fleet_options
+def silence_add(
+    node: str, matchers: tuple[str, ...], duration: str, reason: str, **kw: Any
+) -> None:
+    """Silence alerts on NODE matching every MATCHER (e.g. gpu="3" alertname=~"GpuEcc.*")."""
+    fleet = _fleet(kw)
+    try:
+        parse_duration(duration)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--duration") from None
+    done = change(
+        fleet,
+        node,
+        "/silences",
+        {"matchers": list(matchers), "duration": duration, "reason": reason},
+    )
+    silence = done["silence"]
+    fleet.echo(f"{node}: silence {silence['id']} until {clock(silence['ends_at'])}")
+
+
+SILENCE_COLUMNS = (
+    Column("NODE"),
+    Column("ID"),
+    Column("STATE"),
+    Column("MATCHERS"),
+    Column("ENDS"),
+    Column("BY"),
+    Column("COMMENT"),
+)
+
+
+@silence_group.command("list")
+@click.argument("nodes", nargs=-1)
+@click.option("--all", "everything", is_flag=True, help="Include expired silences.")
+@click.option("--json", "as_json", is_flag=True)
+@fleet_options
+def silence_list(nodes: tuple[str, ...], everything: bool, as_json: bool, **kw: Any) -> None:
+    """Silences of NODES (default: the whole fleet)."""
+    fleet = _fleet(kw)
+    replies = fan_out(_targets(fleet, nodes), API + "/silences", options=fleet.options())
+    found = [
+        (r.target.name, s)
+        for r in replies
+        if r.ok
+        for s in r.data["silences"]
+        if everything or s["state"] != "expired"
+    ]
+    code = EXIT_UNREACHABLE if any(not r.ok for r in replies) else EXIT_OK
+    if as_json:
+        _echo_json({"silences": [{"node": n, **s} for n, s in found]})
+        raise SystemExit(code)
+    rows = [
+        [
+            Cell(n),
+            Cell(s["id"]),
+            Cell(s["state"], "green" if s["state"] == "active" else None),
+            Cell(" ".join(s["matchers"])),
+            Cell(clock(s["ends_at"])),
+            Cell(s["created_by"]),
+            Cell(s["comment"]),
+        ]
+        for n, s in found
+    ]
+    fleet.echo(render_table(SILENCE_COLUMNS, rows, fleet.painter))
+    for line in _unreachable_lines(replies, fleet):
+        fleet.echo(line)
+    raise SystemExit(code)
+
+
+@silence_group.command("expire")
+@click.argument("node")
+@click.argument("silence_id")
+@reason_option
+@fleet_options
+def silence_expire(node: str, silence_id: str, reason: str, **kw: Any) -> None:
+    """End silence SILENCE_ID on NODE now."""
+    fleet = _fleet(kw)
+    change(fleet, node, f"/silences/{silence_id}/expire", {"reason": reason})
+    fleet.echo(f"{node}: silence {silence_id} expired")
+
+
+# ------------------------------------------------------------------------------ drain/undrain
+def _run_line(node: str, run: dict[str, Any]) -> str:
+    gpus = ",".join(str(g) for g in run["gpus"])
+    return f"{node}: run {run['run_id']} {run['plan']} gpu {gpus}: {run['state']}"
+
+
+@click.command("drain")
+@click.argument("node")
+@click.argument("gpu", type=click.IntRange(0))
+@reason_option
+@fleet_options
+def drain_command(node: str, gpu: int, reason: str, **kw: Any) -> None:
+    """Take GPU's reset unit on NODE out of service and keep it out until undrained."""
+    fleet = _fleet(kw)
+    done = change(fleet, node, f"/gpus/{gpu}/drain", {"reason": reason})
+    fleet.echo(_run_line(node, done["run"]))
+
+
+@click.command("undrain")
+@click.argument("node")
+@click.argument("gpu", type=click.IntRange(0))
+@reason_option
+@fleet_options
+def undrain_command(node: str, gpu: int, reason: str, **kw: Any) -> None:
+    """Put GPU's held reset unit on NODE back into service."""
+    fleet = _fleet(kw)
+    done = change(fleet, node, f"/gpus/{gpu}/undrain", {"reason": reason})
+    fleet.echo(_run_line(node, done["run"]))
+
+
+@click.command("reload")
+@click.argument("node")
+@reason_option
+@fleet_options
+def reload_command(node: str, reason: str, **kw: Any) -> None:
+    """Reload NODE's fleetd.yaml and rules (a bad file is rejected; the old config runs on)."""
+    fleet = _fleet(kw)
+    change(fleet, node, "/reload", {"reason": reason})
+    fleet.echo(f"{node}: reloaded")
+
+
+# ------------------------------------------------------------------------------- remediation
+@click.group("remediation")
+def remediation_group() -> None:
+    """Remediation runs: list, show, cancel, pause, resume, reset-breaker."""
+
+
+RUN_COLUMNS = (
+    Column("NODE"),
+    Column("RUN"),
+    Column("PLAN"),
+    Column("STATE"),
+    Column("GPUS"),
+    Column("STARTED"),
+    Column("TRIGGER"),
+)
+
+
+def _run_row(node: str, run: dict[str, Any]) -> list[Cell]:
+    state = run["state"] + (" (dry-run)" if run["dry_run"] else "")
+    style = "cyan" if not run["terminal"] else "bold red" if run["state"] == "quarantined" else None
+    return [
+        Cell(node),
+        Cell(run["run_id"]),
+        Cell(run["plan"]),
+        Cell(state, style),
+        Cell(",".join(str(g) for g in run["gpus"])),
+        Cell(clock(run["created_at"])),
+        Cell(run["trigger"]["description"]),
+    ]
+
+
+@remediation_group.command("list")
+@click.argument("nodes", nargs=-1)
+@click.option("--json", "as_json", is_flag=True)
+@fleet_options
+def remediation_list(nodes: tuple[str, ...], as_json: bool, **kw: Any) -> None:
+    """Recent runs of NODES (default: active runs and held GPUs of the whole fleet)."""
+    fleet = _fleet(kw)
+    targets = _targets(fleet, nodes)
+    if nodes:
+        replies = fan_out(targets, API + "/remediation/runs", options=fleet.options())
+        runs = [(r.target.name, run) for r in replies if r.ok for run in r.data["runs"]]
+    else:
+        replies = fan_out(targets, API + "/remediation", options=fleet.options())
+        runs = [(r.target.name, run) for r in replies if r.ok for run in r.data["active"]]
+    code = EXIT_UNREACHABLE if any(not r.ok for r in replies) else EXIT_OK
+    held = []
+    if not nodes:
+        held = [(r.target.name, h) for r in replies if r.ok for h in r.data["held"]]
+    if as_json:
+        _echo_json(
+            {
+                "runs": [{"node": n, **run} for n, run in runs],
+                "held": [{"node": n, **h} for n, h in held],
+            }
+        )
+        raise SystemExit(code)
+    fleet.echo(render_table(RUN_COLUMNS, [_run_row(n, run) for n, run in runs], fleet.painter))
+    for node, h in held:
+        gpus = ",".join(str(g) for g in h["gpus"])
+        line = (
+            f"{node}: gpu {gpus} held ({h['state']}) by run {h['run_id']} since {clock(h['since'])}"
+        )
+        fleet.echo(
+            fleet.painter.paint(line + (f": {h['reason']}" if h["reason"] else ""), "yellow")
+        )
+    for line in _unreachable_lines(replies, fleet):
+        fleet.echo(line)
+    raise SystemExit(code)
+
+
+@remediation_group.command("show")
+@click.argument("node")
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True)
+@fleet_options
+def remediation_show(node: str, run_id: str, as_json: bool, **kw: Any) -> None:
+    """One run of NODE and every step it took."""
+    fleet = _fleet(kw)
+    data = read(fleet, node, f"/remediation/runs/{run_id}")
+    if as_json:
+        _echo_json(data)
+        return
+    run = data["run"]
+    fleet.echo(render_table(RUN_COLUMNS, [_run_row(node, run)], fleet.painter))
+    for event in data["events"]:
+        fleet.echo(f"  {clock(event['at'])}  {event['kind']:<18} {event['message']}")
+
+
+def _simple_change(path: str, verb: str) -> Callable[..., None]:
+    def command(node: str, reason: str, **kw: Any) -> None:
+        fleet = _fleet(kw)
+        change(fleet, node, path, {"reason": reason})
+        fleet.echo(f"{node}: {verb}")
+
+    return command
+
+
+@remediation_group.command("cancel")
+@click.argument("node")
+@click.argument("run_id")
+@reason_option
+@fleet_options
+def remediation_cancel(node: str, run_id: str, reason: str, **kw: Any) -> None:
+    """Cancel RUN_ID on NODE (it concludes safely between two steps)."""
+    fleet = _fleet(kw)
+    done = change(fleet, node, f"/remediation/runs/{run_id}/cancel", {"reason": reason})
+    fleet.echo(_run_line(node, done["run"]))
+
+
+remediation_group.command("pause", help="Pause automatic remediation on NODE.")(
+    click.argument("node")(
+        reason_option(fleet_options(_simple_change("/remediation/pause", "remediation paused")))
+    )
+)
+remediation_group.command("resume", help="Resume automatic remediation on NODE.")(
+    click.argument("node")(
+        reason_option(fleet_options(_simple_change("/remediation/resume", "remediation resumed")))
+    )
+)
+remediation_group.command(
+    "reset-breaker", help="Close the circuit breaker NODE's remediation uses."
+)(
+    click.argument("node")(
+        reason_option(
+            fleet_options(_simple_change("/remediation/breaker/reset", "circuit breaker reset"))
+        )
+    )
+)
+
+
+# ----------------------------------------------------------------------------------- history
+EVENT_COLUMNS = (
+    Column("TIME"),
+    Column("GPU", "right"),
+    Column("KIND"),
+    Column("BY"),
+    Column("WHAT"),
+)
+
+
+@click.command("history")
+@click.argument("node")
+@click.argument("gpu", type=click.IntRange(0), required=False)
+@click.option("--since", default="24h", show_default=True, help="How far back (e.g. 1h, 7d).")
+@click.option("--limit", type=click.IntRange(1, 5000), default=200, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@fleet_options
+def history_command(
+    node: str, gpu: int | None, since: str, limit: int, as_json: bool, **kw: Any
+) -> None:
+    """What happened on NODE (or one GPU): alerts, remediation, resets, actions; and, for a
+    GPU, its key readings over the same window."""
+    fleet = _fleet(kw)
+    try:
+        window = parse_duration(since)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--since") from None
+    events = read(fleet, node, "/events", gpu=gpu, window=str(window), limit=limit)["events"]
+    detail = None
+    if gpu is not None:
+        detail = read(fleet, node, f"/gpus/{gpu}", window=str(min(window, 7 * 86400)), points=120)
+    if as_json:
+        _echo_json({"events": events, "history": detail["history"] if detail else None})
+        return
+    rows = [
+        [
+            Cell(clock(e["ts"])),
+            Cell("-" if e["gpu"] is None else str(e["gpu"])),
+            Cell(e["kind"]),
+            Cell(e["actor"] or "-"),
+            Cell(e["message"]),
+        ]
+        for e in events
+    ]
+    fleet.echo(render_table(EVENT_COLUMNS, rows, fleet.painter))
+    if detail is not None:
+        fleet.echo("")
+        fleet.echo(_history_table(detail["history"], fleet))
+
+
+def _history_table(history: dict[str, Any], fleet: Fleet) -> str:
+    columns = (
+        Column("SERIES"),
+        Column("LAST", "right"),
+        Column("MIN", "right"),
+        Column("AVG", "right"),
+        Column("MAX", "right"),
+        Column("POINTS", "right"),
+    )
+    rows = []
+    for name, points in history["series"].items():
+        values = [v for _, v in points if v is not None and math.isfinite(v)]
+        if not values:
+            rows.append([Cell(name), Cell("-"), Cell("-"), Cell("-"), Cell("-"), Cell("0")])
+            continue
+        digits = 2 if max(abs(v) for v in values) < 10 else 0
+        rows.append(
+            [
+                Cell(name),
+                Cell(number(values[-1], digits=digits)),
+                Cell(number(min(values), digits=digits)),
+                Cell(number(sum(values) / len(values), digits=digits)),
+                Cell(number(max(values), digits=digits)),
+                Cell(str(len(values))),
+            ]
+        )
+    span = age(history["end"] - history["start"])
+    return f"readings over the last {span}:\n" + render_table(columns, rows, fleet.painter)
+
+
+# ----------------------------------------------------------------------------------- explain
+@click.command("explain")
+@click.argument("node")
+@click.argument("gpu", type=click.IntRange(0))
+@click.option("--json", "as_json", is_flag=True)
+@fleet_options
+def explain_command(node: str, gpu: int, as_json: bool, **kw: Any) -> None:
+    """Why GPU on NODE is in its state: which rule, which readings, what was done, what next."""
+    fleet = _fleet(kw)
+    data = read(fleet, node, f"/gpus/{gpu}/explain")
+    if as_json:
+        _echo_json(data)
+        return
+    paint = fleet.painter.paint
+    state = data["health"]["state"]
+    styles = {
+        "healthy": "green",
+        "degraded": "yellow",
+        "unhealthy": "bold red",
+        "unknown": "magenta",
+    }
+    fleet.echo(paint(data["summary"], styles.get(state)))
+    fleet.echo(f"data age: {age(data['health']['data_age_s'])}")
+    if data["alerts"]:
+        fleet.echo(paint("\nwhich rule", "bold"))
+        for a in data["alerts"]:
+            fleet.echo(f"  {a['rule']} ({a['severity']}, {a['state']})")
+            if a.get("expr"):
+                condition = a["expr"]
+                if a.get("op") and a.get("threshold") is not None:
+                    condition += f" {a['op']} {a['threshold']:g}"
+                fleet.echo(f"    when   {condition}")
+                hold = f"for {age(a['for_s'])}" if a.get("for_s") else "at once"
+                clear = f", clears at {a['clear']:g}" if a.get("clear") is not None else ""
+                fleet.echo(f"    fires  {hold}{clear}")
+            if a.get("value") is not None:
+                fleet.echo(f"    value  {a['value']:g}")
+            if a.get("summary"):
+                fleet.echo(f"    says   {a['summary']}")
+            if a.get("runbook"):
+                fleet.echo(f"    runbook {a['runbook']}")
+    fleet.echo(paint("\nwhich readings", "bold"))
+    for r in data["readings"]:
+        labels = ",".join(f'{k}="{v}"' for k, v in r["labels"].items())
+        value = "missing" if r["value"] is None else f"{r['value']:g}"
+        fleet.echo(f"  {r['metric']}{{{labels}}} = {value} ({age(r['age_s'])} old)")
+    fleet.echo(paint("\nwhat has been done", "bold"))
+    remediation = data["remediation"]
+    fleet.echo(f"  remediation mode: {remediation['mode']}")
+    for run in remediation["runs"][:5]:
+        dry = " (dry-run)" if run["dry_run"] else ""
+        fleet.echo(
+            f"  run {run['run_id']} {run['plan']}{dry}: {run['state']} "
+            f"(since {clock(run['created_at'])}; {run['trigger']['description']})"
+        )
+    for event in data["events"][-10:]:
+        fleet.echo(f"  {clock(event['ts'])} {event['kind']}: {event['message']}")
+    if not remediation["runs"] and not data["events"]:
+        fleet.echo("  nothing yet")
+    fleet.echo(paint("\nwhat happens next", "bold"))
+    for step in data["next"]:
+        fleet.echo(f"  {step}")
+
+
+COMMANDS: Sequence[click.Command] = (
+    alerts_command,
+    ack_command,
+    silence_group,
+    drain_command,
+    undrain_command,
+    remediation_group,
+    history_command,
+    explain_command,
+    reload_command,
+)
+
+__all__ = ["COMMANDS", "EXIT_OK", "EXIT_UNHEALTHY", "EXIT_UNREACHABLE"]

@@ -1,0 +1,225 @@
+"""Where fleetctl finds the fleet and how it talks to it: the options every command shares.
+
+The fleet comes from an inventory file (``--inventory``, ``$FLEETCTL_INVENTORY``) or from the
+fleet registry (``--db``, ``$FLEETCTL_DB``). A node is named as in either; a command given an
+address instead (``10.0.0.5:9477``, ``https://host:9443``) talks to it directly.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from fleetd.cli.fleetctl_http import ClientOptions, Target
+from fleetd.cli.fleetctl_inventory import load_inventory, targets_from_address
+from fleetd.cli.fleetctl_render import Painter
+from fleetd.errors import ConfigError
+
+EXIT_OK = 0
+EXIT_UNHEALTHY = 1
+EXIT_UNREACHABLE = 2
+DEFAULT_INVENTORIES = (
+    Path("~/.config/fleetctl/inventory.yaml").expanduser(),
+    Path("/etc/fleetd/inventory.yaml"),
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Fail(click.ClickException):
+    """A fleetctl failure: message on stderr, and the exit code it means."""
+
+    def __init__(self, message: str, code: int = EXIT_UNHEALTHY) -> None:
+        super().__init__(message)
+        self.exit_code = code
+
+
+@dataclass
+class Fleet:
+    """The shared options, resolved."""
+
+    inventory: Path | None
+    db: str | None
+    timeout: float
+    token_file: Path | None
+    ca_file: str | None
+    colour: bool
+    stale_after: float
+    concurrency: int = 512
+    _targets: list[Target] | None = field(default=None, repr=False)
+
+    @property
+    def painter(self) -> Painter:
+        return Painter(self.colour)
+
+    def echo(self, text: str = "") -> None:
+        """Print a line; colour codes are kept only when colour is on."""
+        click.echo(text, color=self.colour)
+
+    def options(self, *, with_token: bool = False) -> ClientOptions:
+        return ClientOptions(
+            timeout=self.timeout,
+            token=self.token() if with_token else None,
+            ca_file=self.ca_file,
+            concurrency=self.concurrency,
+        )
+
+    def token(self) -> str:
+        """The bearer token for changes: ``--token-file``, or ``$FLEETCTL_TOKEN``."""
+        if self.token_file is not None:
+            try:
+                text = self.token_file.read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise Fail(
+                    f"cannot read the token file {self.token_file}: {exc.strerror}"
+                ) from None
+            if not text:
+                raise Fail(f"the token file {self.token_file} is empty")
+            return text
+        env = os.environ.get("FLEETCTL_TOKEN")
+        if env:
+            return env.strip()
+        raise Fail("this command changes things: give --token-file FILE (or $FLEETCTL_TOKEN)")
+
+    def targets(self) -> list[Target]:
+        """Every agent of the fleet (inventory file or registry)."""
+        if self._targets is None:
+            self._targets = self._load_targets()
+        return self._targets
+
+    def _load_targets(self) -> list[Target]:
+        if self.inventory is not None:
+            try:
+                return load_inventory(self.inventory)
+            except ConfigError as exc:
+                raise Fail(str(exc), EXIT_UNREACHABLE) from None
+        if self.db is not None:
+            from fleetd.registry.reader import RegistryError, RegistryReader
+
+            reader = RegistryReader(self.db, timeout=self.timeout)
+            try:
+                nodes = reader.fleet(time.time(), stale_after=self.stale_after)
+            except RegistryError as exc:
+                raise Fail(str(exc), EXIT_UNREACHABLE) from None
+            finally:
+                reader.close()
+            return [Target(n.summary.node, n.address) for n in nodes if n.address]
+        raise Fail(
+            "no fleet: give --inventory FILE or --db URL "
+            "(or set $FLEETCTL_INVENTORY / $FLEETCTL_DB)",
+            EXIT_UNREACHABLE,
+        )
+
+    def resolve(self, node: str) -> Target:
+        """The agent of ``node``: by name from the fleet, or ``node`` itself as an address."""
+        if self.inventory is not None or self.db is not None:
+            for target in self.targets():
+                if target.name == node:
+                    return target
+        if ":" in node or node.startswith(("http://", "https://")):
+            try:
+                (target,) = targets_from_address(node)
+            except ValueError as exc:
+                raise Fail(str(exc), EXIT_UNREACHABLE) from None
+            return target
+        where = "the inventory" if self.inventory is not None else "the registry"
+        if self.inventory is None and self.db is None:
+            where = "any inventory (give --inventory FILE or --db URL, or an address host:port)"
+        raise Fail(f"unknown node {node!r}: not in {where}", EXIT_UNREACHABLE)
+
+
+def actor() -> str:
+    """Who is asking, as the agents record it: ``user@host``."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"[:128]
+
+
+def _default_inventory() -> Path | None:
+    for candidate in DEFAULT_INVENTORIES:
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def fleet_options(func: F) -> F:
+    """The options every fleetctl command takes (also from the environment)."""
+    options = [
+        click.option(
+            "--inventory",
+            "-i",
+            type=click.Path(dir_okay=False, path_type=Path),
+            envvar="FLEETCTL_INVENTORY",
+            help="YAML list of agents (ranges like gpu-node-[001-128]:9477). "
+            "[env FLEETCTL_INVENTORY]",
+        ),
+        click.option(
+            "--db",
+            envvar="FLEETCTL_DB",
+            help="Fleet registry URL (PostgreSQL). [env FLEETCTL_DB]",
+        ),
+        click.option(
+            "--timeout",
+            type=click.FloatRange(0.05, 300),
+            default=3.0,
+            show_default=True,
+            envvar="FLEETCTL_TIMEOUT",
+            help="Seconds each node has to answer.",
+        ),
+        click.option(
+            "--token-file",
+            type=click.Path(dir_okay=False, path_type=Path),
+            envvar="FLEETCTL_TOKEN_FILE",
+            help="File holding the API token (for changes). [env FLEETCTL_TOKEN_FILE]",
+        ),
+        click.option(
+            "--ca-file",
+            type=click.Path(dir_okay=False, exists=True),
+            envvar="FLEETCTL_CA_FILE",
+            help="CA bundle to verify agents' TLS certificates.",
+        ),
+        click.option(
+            "--color/--no-color",
+            "colour",
+            default=None,
+            help="Colour the output (default: when stdout is a terminal and NO_COLOR is unset).",
+        ),
+        click.option(
+            "--stale-after",
+            type=click.FloatRange(1, 86400),
+            default=60.0,
+            show_default=True,
+            envvar="FLEETCTL_STALE_AFTER",
+            help="Registry heartbeats older than this many seconds are stale.",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def make_fleet(
+    inventory: Path | None,
+    db: str | None,
+    timeout: float,
+    token_file: Path | None,
+    ca_file: str | None,
+    colour: bool | None,
+    stale_after: float,
+) -> Fleet:
+    if colour is None:
+        colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    if inventory is None and db is None:
+        inventory = _default_inventory()
+    return Fleet(inventory, db, timeout, token_file, ca_file, colour, stale_after)

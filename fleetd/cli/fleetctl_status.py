@@ -1,0 +1,360 @@
+"""``fleetctl status [NODE]``: the fleet at a glance, or one node's GPUs.
+
+Exit codes (scripts and monitors rely on them):
+
+    0  every node answered and is healthy
+    1  every node answered, and at least one is not healthy (degraded, unhealthy, unknown)
+    2  at least one node could not be reached (refused, timed out, wrong node at that
+       address, or a registry heartbeat older than --stale-after)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from fleetd.cli.fleetctl_context import (
+    EXIT_OK,
+    EXIT_UNHEALTHY,
+    EXIT_UNREACHABLE,
+    Fail,
+    Fleet,
+    fleet_options,
+    make_fleet,
+)
+from fleetd.cli.fleetctl_http import Reply, fan_out, request
+from fleetd.cli.fleetctl_render import (
+    Cell,
+    Column,
+    Painter,
+    age,
+    age_cell,
+    alerts_cell,
+    health_cell,
+    number,
+    power,
+    render_table,
+    size,
+    temperature_cell,
+)
+from fleetd.registry.summary import NodeSummary, summarize
+
+STATUS_PATH = "/api/v1/status"
+
+
+@dataclass(frozen=True, slots=True)
+class FleetRow:
+    """One node of the fleet table: its summary, or why there is none."""
+
+    name: str
+    address: str | None
+    state: str  # ok | unreachable | stale | wrong node
+    summary: NodeSummary | None = None
+    error: str | None = None
+    heartbeat_age_s: float | None = None
+
+    @property
+    def health(self) -> str:
+        if self.state != "ok" or self.summary is None:
+            return self.state
+        return self.summary.health
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "node": self.name,
+            "address": self.address,
+            "reachable": self.state == "ok",
+            "state": self.state,
+            "health": self.health,
+            "error": self.error,
+            "heartbeat_age_s": self.heartbeat_age_s,
+            "summary": self.summary.to_dict() if self.summary is not None else None,
+        }
+
+
+def row_from_reply(reply: Reply) -> FleetRow:
+    target = reply.target
+    if reply.ok and isinstance(reply.data, dict):
+        try:
+            return FleetRow(target.name, target.url, "ok", summarize(reply.data))
+        except (KeyError, TypeError, ValueError) as exc:
+            return FleetRow(target.name, target.url, "unreachable", error=f"bad status: {exc}")
+    if reply.status == 404:
+        return FleetRow(target.name, target.url, "wrong node", error=reply.message())
+    return FleetRow(target.name, target.url, "unreachable", error=reply.message())
+
+
+def rows_from_agents(fleet: Fleet) -> list[FleetRow]:
+    replies = fan_out(fleet.targets(), STATUS_PATH, options=fleet.options())
+    return [row_from_reply(r) for r in replies]
+
+
+def rows_from_registry(fleet: Fleet, now: float) -> tuple[list[FleetRow], list[str]]:
+    from fleetd.registry.reader import RegistryError, RegistryReader
+
+    assert fleet.db is not None
+    reader = RegistryReader(fleet.db, timeout=fleet.timeout)
+    try:
+        nodes = reader.fleet(now, stale_after=fleet.stale_after)
+        limits = reader.limits()
+    except RegistryError as exc:
+        raise Fail(str(exc), EXIT_UNREACHABLE) from None
+    finally:
+        reader.close()
+    rows = [
+        FleetRow(
+            n.summary.node,
+            n.address,
+            "stale" if n.stale else "ok",
+            n.summary,
+            f"last heartbeat {age(n.heartbeat_age_s)} ago" if n.stale else None,
+            n.heartbeat_age_s,
+        )
+        for n in nodes
+    ]
+    notes = []
+    if limits is not None:
+        notes.append(f"fleet remediation: {limits.gpus_out_of_service} GPUs out of service")
+        if limits.breaker_tripped:
+            notes.append(f"circuit breaker OPEN: {limits.breaker_reason}")
+    return rows, notes
+
+
+def fleet_exit_code(rows: Sequence[FleetRow]) -> int:
+    if any(r.state != "ok" for r in rows):
+        return EXIT_UNREACHABLE
+    if any(r.health != "healthy" for r in rows):
+        return EXIT_UNHEALTHY
+    return EXIT_OK
+
+
+FLEET_COLUMNS = (
+    Column("NODE"),
+    Column("HEALTH"),
+    Column("GPUS", "right"),
+    Column("HOT°C", "right"),
+    Column("POWER", "right"),
+    Column("ALERTS c/w/i", "right"),
+    Column("REMEDIATION"),
+    Column("AGE", "right"),
+    Column("NOTE"),
+)
+
+
+def render_fleet(rows: Sequence[FleetRow], notes: Sequence[str], fleet: Fleet) -> str:
+    painter = fleet.painter
+    cells = []
+    for row in rows:
+        s = row.summary
+        if s is None:
+            cells.append(
+                [Cell(row.name), health_cell(row.state)]
+                + [Cell("-")] * 6
+                + [Cell(row.error or "", "red")]
+            )
+            continue
+        gpus_style = "yellow" if s.gpus_healthy < s.gpus_total else None
+        note = row.error or "; ".join(s.reasons)
+        cells.append(
+            [
+                Cell(row.name),
+                health_cell(row.health),
+                Cell(f"{s.gpus_healthy}/{s.gpus_total}", gpus_style),
+                temperature_cell(s.hottest_junction_c),
+                Cell(power(s.power_w)),
+                alerts_cell(s.alerts_critical, s.alerts_warning, s.alerts_info),
+                Cell(s.remediation, "cyan" if s.remediation != "-" else None),
+                age_cell(s.data_age_s, fleet.stale_after),
+                Cell(note, "red" if row.state != "ok" else None),
+            ]
+        )
+    lines = [render_table(FLEET_COLUMNS, cells, painter), fleet_summary(rows, painter)]
+    lines.extend(painter.paint(n, "bold red" if "OPEN" in n else None) for n in notes)
+    return "\n".join(lines)
+
+
+def fleet_summary(rows: Sequence[FleetRow], painter: Painter) -> str:
+    counts = Counter(r.health for r in rows)
+    order = ["healthy", "degraded", "unhealthy", "unknown", "unreachable", "wrong node", "stale"]
+    parts = [painter.paint(f"{counts[k]} {k}", health_cell(k).style) for k in order if counts[k]]
+    total = sum(r.summary.gpus_total for r in rows if r.summary is not None)
+    healthy = sum(r.summary.gpus_healthy for r in rows if r.summary is not None)
+    return f"{len(rows)} nodes: " + ", ".join(parts) + f" · {healthy}/{total} GPUs healthy"
+
+
+# --------------------------------------------------------------------------------- one node
+GPU_COLUMNS = (
+    Column("GPU", "right"),
+    Column("HEALTH"),
+    Column("HOT°C", "right"),
+    Column("HBM°C", "right"),
+    Column("POWER", "right"),
+    Column("UTIL", "right"),
+    Column("MEMORY", "right"),
+    Column("ECC ue/ce", "right"),
+    Column("PCIE", "right"),
+    Column("XGMI", "right"),
+    Column("ALERTS c/w/i", "right"),
+    Column("REMEDIATION"),
+    Column("AGE", "right"),
+    Column("NOTE"),
+)
+
+
+def render_node(status: dict[str, Any], fleet: Fleet) -> str:
+    painter = fleet.painter
+    rows = []
+    for gpu in status["gpus"]:
+        r = gpu["readings"]
+        limit = r.get("temperature_hotspot_limit_c")
+        pcie = "-"
+        if r.get("pcie_width") is not None:
+            pcie = f"x{r['pcie_width']:.0f} {number(r.get('pcie_speed_gts'), 'GT/s')}"
+            if r.get("pcie_max_width") is not None and r["pcie_width"] < r["pcie_max_width"]:
+                pcie += f" (<x{r['pcie_max_width']:.0f})"
+        remediation = gpu.get("remediation")
+        remedy_text = (
+            f"{remediation['plan']} {remediation['phase']}"
+            + (" (dry-run)" if remediation.get("dry_run") else "")
+            if remediation
+            else "-"
+        )
+        ecc = f"{number(r.get('ecc_uncorrectable_total'))}/{number(r.get('ecc_correctable_total'))}"
+        counts = gpu["alerts"]
+        rows.append(
+            [
+                Cell(str(gpu["gpu"])),
+                health_cell(gpu["health"]["state"]),
+                temperature_cell(r.get("temperature_hotspot_c"), limit),
+                temperature_cell(r.get("temperature_hbm_c")),
+                Cell(power(r.get("power_w"))),
+                Cell("-" if r.get("utilization_gfx") is None else f"{r['utilization_gfx']:.0%}"),
+                Cell(size(r.get("memory_used_bytes"))),
+                Cell(ecc, "bold red" if (r.get("ecc_uncorrectable_total") or 0) > 0 else None),
+                Cell(pcie, "yellow" if "(<" in pcie else None),
+                Cell(number(r.get("xgmi_links_up"))),
+                alerts_cell(counts["critical"], counts["warning"], counts["info"]),
+                Cell(remedy_text, "cyan" if remediation else None),
+                age_cell(gpu["health"]["data_age_s"], fleet.stale_after),
+                Cell("; ".join(gpu["health"]["reasons"]) or (gpu.get("error") or "")),
+            ]
+        )
+    head = (
+        f"{status['node']}: "
+        + painter.paint(status["health"]["state"], health_cell(status["health"]["state"]).style)
+        + f" · {status['gpus_healthy']}/{status['gpus_total']} GPUs healthy"
+        + f" · data age {age(status.get('data_age_s'))}"
+        + f" · remediation {status['remediation']['mode']}"
+    )
+    if status["remediation"].get("pause", {}).get("paused"):
+        head += " (paused)"
+    lines = [head, render_table(GPU_COLUMNS, rows, painter)]
+    for alert in status["alerts"]["firing"]:
+        where = f"gpu {alert['gpu']}" if alert["gpu"] is not None else "node"
+        muted = " (silenced)" if alert.get("silenced") else ""
+        summary = alert.get("summary") or ""
+        text = f"  {alert['severity']:<8} {alert['rule']} [{where}]{muted}: {summary}"
+        lines.append(painter.paint(text, "red" if alert["severity"] == "critical" else "yellow"))
+    return "\n".join(lines)
+
+
+def node_exit_code(status: dict[str, Any]) -> int:
+    return EXIT_OK if status["health"]["state"] == "healthy" else EXIT_UNHEALTHY
+
+
+# --------------------------------------------------------------------------------- command
+def once(fleet: Fleet, node: str | None, as_json: bool) -> tuple[str, int]:
+    """One rendering of the status and its exit code."""
+    if node is not None:
+        target = fleet.resolve(node)
+        reply = request(
+            target, "GET", STATUS_PATH, params={"node": target.name}, options=fleet.options()
+        )
+        if not reply.ok or not isinstance(reply.data, dict):
+            code = (
+                EXIT_UNREACHABLE if not reply.reachable or reply.status == 404 else EXIT_UNHEALTHY
+            )
+            raise Fail(f"{target.name} ({target.url}): {reply.message()}", code)
+        status = reply.data
+        if as_json:
+            return json.dumps(status, indent=2), node_exit_code(status)
+        return render_node(status, fleet), node_exit_code(status)
+    notes: list[str] = []
+    if fleet.inventory is None and fleet.db is not None:
+        rows, notes = rows_from_registry(fleet, time.time())
+    else:
+        rows = rows_from_agents(fleet)
+    code = fleet_exit_code(rows)
+    if as_json:
+        counts = Counter(r.health for r in rows)
+        document = {
+            "nodes": [r.to_dict() for r in rows],
+            "summary": {"nodes": len(rows), **dict(sorted(counts.items()))},
+            "notes": notes,
+            "exit_code": code,
+        }
+        return json.dumps(document, indent=2), code
+    return render_fleet(rows, notes, fleet), code
+
+
+@click.command("status")
+@click.argument("node", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@click.option("--watch", "-w", is_flag=True, help="Redraw every --interval seconds until Ctrl-C.")
+@click.option("--interval", type=click.FloatRange(0, 3600), default=5.0, show_default=True)
+@click.option("--count", type=click.IntRange(1), default=None, hidden=True)
+@fleet_options
+def status_command(
+    node: str | None,
+    as_json: bool,
+    watch: bool,
+    interval: float,
+    count: int | None,
+    inventory: Path | None,
+    db: str | None,
+    timeout: float,
+    token_file: Path | None,
+    ca_file: str | None,
+    colour: bool | None,
+    stale_after: float,
+) -> None:
+    """Health of every node (or, with NODE, of each of its GPUs).
+
+    \b
+    Exit codes:
+      0  all nodes healthy
+      1  a node (or, with NODE, that node) is degraded, unhealthy or unknown
+      2  a node is unreachable: refused, timed out, another node at its address,
+         or a registry heartbeat older than --stale-after
+    """
+    fleet = make_fleet(inventory, db, timeout, token_file, ca_file, colour, stale_after)
+    if not watch:
+        text, code = once(fleet, node, as_json)
+        fleet.echo(text)
+        sys.exit(code)
+    code = EXIT_OK
+    done = 0
+    clear = "\x1b[H\x1b[2J" if sys.stdout.isatty() and not as_json else ""
+    try:
+        while count is None or done < count:
+            try:
+                text, code = once(fleet, node, as_json)
+            except Fail as exc:
+                text, code = f"error: {exc.message}", exc.exit_code
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            suffix = "" if as_json else f"\n(every {interval:g}s, {stamp})"
+            fleet.echo(clear + text + suffix)
+            done += 1
+            if count is None or done < count:
+                time.sleep(interval)
+    except KeyboardInterrupt:
+        pass
+    sys.exit(code)

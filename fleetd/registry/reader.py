@@ -1,0 +1,194 @@
+"""fleetctl's read side of the fleet registry: the whole fleet in one query, fast to start.
+
+``fleetctl status --db`` is a command people run by hand and scripts run every few seconds,
+so it talks to PostgreSQL through psycopg2 directly (no ORM import at start-up); other
+databases (a SQLite registry for a single host) go through SQLAlchemy. Staleness is judged
+against the ``now`` the caller passes. The fleet-wide remediation cap and circuit breaker
+live in the same database, in the tables ``fleetd.remedy.lease`` creates; the reader shows
+them when they are there.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from fleetd.errors import FleetdError
+from fleetd.registry.summary import NodeSummary
+
+NODES_TABLE = "fleet_nodes"
+NODE_COLUMNS = (
+    "node", "health", "gpus_total", "gpus_healthy", "hottest_junction_c", "power_w",
+    "alerts_critical", "alerts_warning", "alerts_info", "remediation", "remediation_active",
+    "data_age_s", "reasons", "version", "address", "heartbeat_at",
+)  # fmt: skip
+# fleetd.remedy.lease keeps the fleet-wide cap and breaker in these tables (declared in
+# fleetd.store.journal; named here so fleetctl does not load remediation to show two numbers)
+LEASES_TABLE = "remedy_fleet_leases"
+BREAKER_TABLE = "remedy_fleet_breaker"
+
+
+class RegistryError(FleetdError):
+    """The fleet registry could not be reached, read or written."""
+
+
+_CREDENTIALS = re.compile(r"(://[^:/@\s]*):[^@\s]*@")
+
+
+def describe_error(exc: BaseException) -> str:
+    """A short reason, with any password in a URL it quotes masked."""
+    text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    first = _CREDENTIALS.sub(r"\1:***@", text[0] if text else "")
+    return f"{type(exc).__name__}: {first}"[:300]
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryNode:
+    """A node as the registry last heard of it."""
+
+    summary: NodeSummary
+    address: str | None
+    heartbeat_at: float
+    heartbeat_age_s: float
+    stale: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FleetLimits:
+    """The fleet-wide remediation limits' state."""
+
+    gpus_out_of_service: int
+    breaker_tripped: bool
+    breaker_reason: str | None
+
+
+def _postgres_params(url: str, timeout: float) -> dict[str, Any] | None:
+    """psycopg2 connect() arguments for a ``postgresql[+psycopg2]://`` URL, else None."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgresql", "postgresql+psycopg2", "postgres"):
+        return None
+    params: dict[str, Any] = dict(parse_qsl(parts.query))
+    params["dbname"] = unquote(parts.path.lstrip("/")) or None
+    if parts.hostname:
+        params["host"] = parts.hostname
+    if parts.port:
+        params["port"] = parts.port
+    if parts.username:
+        params["user"] = unquote(parts.username)
+    if parts.password:
+        params["password"] = unquote(parts.password)
+    params.setdefault("connect_timeout", max(1, round(timeout)))
+    return {k: v for k, v in params.items() if v is not None}
+
+
+class RegistryReader:
+    """What fleetctl reads from the registry; one short connection per reader."""
+
+    def __init__(self, url: str, *, timeout: float = 5.0) -> None:
+        self._url = url
+        self._timeout = timeout
+        self._conn: Any = None
+        self._module: ModuleType | None = None
+        self._engine: Any = None
+
+    # ---- connection ------------------------------------------------------------------
+    def _connection(self) -> Any:
+        if self._conn is not None:
+            return self._conn
+        params = _postgres_params(self._url, self._timeout)
+        try:
+            if params is not None:
+                import psycopg2
+
+                self._module = psycopg2
+                self._conn = psycopg2.connect(**params)
+                self._conn.autocommit = True
+            else:
+                from sqlalchemy import create_engine
+
+                self._engine = create_engine(self._url)
+                raw = self._engine.raw_connection()
+                self._module = __import__(raw.driver_connection.__class__.__module__.split(".")[0])
+                self._conn = raw
+        except Exception as exc:
+            raise RegistryError(f"cannot read the registry: {describe_error(exc)}") from None
+        return self._conn
+
+    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        conn = self._connection()
+        assert self._module is not None
+        if getattr(self._module, "paramstyle", "qmark") != "qmark":
+            sql = sql.replace("?", "%s")
+        try:
+            cursor = conn.cursor()
+            try:
+                cursor.execute(sql, params)
+                return list(cursor.fetchall())
+            finally:
+                cursor.close()
+        except Exception as exc:
+            if self._module is not None and isinstance(exc, self._module.Error):
+                _rollback(conn)
+                raise RegistryError(f"cannot read the registry: {describe_error(exc)}") from None
+            raise
+
+    # ---- reads -----------------------------------------------------------------------
+    def fleet(self, now: float, *, stale_after: float) -> list[RegistryNode]:
+        """Every node, by name, from one query; stale when its heartbeat is too old."""
+        rows = self._query(f"SELECT {', '.join(NODE_COLUMNS)} FROM {NODES_TABLE} ORDER BY node")
+        out = []
+        for r in rows:
+            age = max(0.0, now - r[15])
+            summary = NodeSummary(
+                node=r[0],
+                health=r[1],
+                gpus_total=r[2],
+                gpus_healthy=r[3],
+                hottest_junction_c=r[4],
+                power_w=r[5],
+                alerts_critical=r[6],
+                alerts_warning=r[7],
+                alerts_info=r[8],
+                remediation=r[9],
+                remediation_active=bool(r[10]),
+                data_age_s=r[11],
+                reasons=tuple(json.loads(r[12])) if r[12] != "[]" else (),
+                version=r[13],
+            )
+            out.append(RegistryNode(summary, r[14], r[15], age, age > stale_after))
+        return out
+
+    def address_of(self, node: str) -> str | None:
+        """The API address the node published, or None when the registry does not know it."""
+        rows = self._query(f"SELECT address FROM {NODES_TABLE} WHERE node = ?", (node,))
+        return rows[0][0] if rows else None
+
+    def limits(self) -> FleetLimits | None:
+        """The fleet-wide cap and breaker, or None when remediation never used this database."""
+        try:
+            out = self._query(f"SELECT coalesce(sum(gpus), 0) FROM {LEASES_TABLE}")
+            breaker = self._query(
+                f"SELECT tripped, reason FROM {BREAKER_TABLE} WHERE scope = ?", ("fleet",)
+            )
+        except RegistryError:
+            return None  # the tables are not there: remediation never used this database
+        tripped = bool(breaker[0][0]) if breaker else False
+        return FleetLimits(int(out[0][0] or 0), tripped, breaker[0][1] if tripped else None)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if self._engine is not None:
+            self._engine.dispose()
+
+
+def _rollback(conn: Any) -> None:
+    try:
+        conn.rollback()
+    except Exception:  # the connection is gone; close() will tidy up
+        return

@@ -1,0 +1,154 @@
+"""The fleet registry in PostgreSQL: one row per node, upserted by each agent's heartbeat.
+
+Agents write (``RegistryPublisher.publish``, here); fleetctl reads
+(``fleetd.registry.reader.RegistryReader``): the whole fleet is one scan of one table, so
+10,000 nodes answer in well under a second without contacting any of them. A node's row
+carries the time of its heartbeat on the agent's clock; a reader judges staleness against its
+own ``now`` (fleet clocks are kept by NTP).
+
+The registry has its own MetaData: it is a shared database, not a node's local store.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Engine,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    create_engine,
+    inspect,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import SQLAlchemyError
+
+from fleetd.registry.reader import RegistryError, describe_error
+from fleetd.registry.summary import NodeSummary, summarize
+
+REGISTRY_METADATA = MetaData()
+
+nodes_table = Table(
+    "fleet_nodes",
+    REGISTRY_METADATA,
+    Column("node", String(255), primary_key=True),
+    Column("address", String(512), nullable=True),
+    Column("heartbeat_at", Float(precision=53), nullable=False),
+    Column("health", String(16), nullable=False),
+    Column("gpus_total", Integer, nullable=False),
+    Column("gpus_healthy", Integer, nullable=False),
+    Column("hottest_junction_c", Float, nullable=True),
+    Column("power_w", Float, nullable=True),
+    Column("alerts_critical", Integer, nullable=False),
+    Column("alerts_warning", Integer, nullable=False),
+    Column("alerts_info", Integer, nullable=False),
+    Column("remediation", String(512), nullable=False),
+    Column("remediation_active", Boolean, nullable=False),
+    Column("data_age_s", Float, nullable=True),
+    Column("reasons", Text, nullable=False),  # JSON list
+    Column("version", String(64), nullable=False),
+    Index("ix_fleet_nodes_heartbeat", "heartbeat_at"),
+)
+
+
+def postgres_driver_url(url: str) -> str:
+    """``postgresql://`` with the driver that is installed (psycopg 3, else psycopg2)."""
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme in ("postgresql", "postgres"):
+        driver = "psycopg" if importlib.util.find_spec("psycopg") else "psycopg2"
+        return f"postgresql+{driver}://{rest}"
+    return url
+
+
+def _engine(url: str, timeout: float) -> Engine:
+    url = postgres_driver_url(url)
+    try:
+        if url.startswith("postgresql"):
+            return create_engine(
+                url,
+                pool_pre_ping=True,
+                pool_size=1,
+                max_overflow=1,
+                connect_args={"connect_timeout": max(1, round(timeout))},
+            )
+        return create_engine(url)
+    except Exception as exc:  # a malformed URL or a missing driver
+        raise RegistryError(f"cannot use the registry URL: {describe_error(exc)}") from None
+
+
+class RegistryPublisher:
+    """Publishes this node's row; the daemon's heartbeat job calls ``publish``.
+
+    Args:
+        url: SQLAlchemy URL of the shared PostgreSQL (SQLite works for a single host).
+        address: how fleetctl reaches this agent's API (``http://node:9477``).
+    """
+
+    def __init__(self, url: str, *, address: str | None = None, timeout: float = 5.0) -> None:
+        self._engine = _engine(url, timeout)
+        self._address = address
+        self._ready = False
+
+    def ensure_schema(self) -> None:
+        """Create the registry table if it is not there (idempotent, safe to race)."""
+        try:
+            REGISTRY_METADATA.create_all(self._engine, checkfirst=True)
+        except SQLAlchemyError as exc:
+            # two agents creating the table at once: the loser finds it there
+            if not self._has_table():
+                raise RegistryError(
+                    f"cannot create the registry table: {describe_error(exc)}"
+                ) from None
+        self._ready = True
+
+    def _has_table(self) -> bool:
+        try:
+            return inspect(self._engine).has_table(nodes_table.name)
+        except SQLAlchemyError:
+            return False
+
+    def publish(self, status: Mapping[str, Any], now: float) -> NodeSummary:
+        """Upsert the row of the node ``status`` describes, as of ``now``; returns the row."""
+        if not self._ready:
+            self.ensure_schema()
+        summary = summarize(status)
+        row = summary_row(summary, now, self._address)
+        dialect = self._engine.dialect.name
+        insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+        stmt = insert(nodes_table).values(**row)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[nodes_table.c.node],
+            set_={k: stmt.excluded[k] for k in row if k != "node"},
+        )
+        try:
+            with self._engine.begin() as conn:
+                conn.execute(stmt)
+        except SQLAlchemyError as exc:
+            raise RegistryError(f"cannot publish to the registry: {describe_error(exc)}") from None
+        return summary
+
+    def forget(self, node: str) -> None:
+        """Remove a decommissioned node's row."""
+        with self._engine.begin() as conn:
+            conn.execute(nodes_table.delete().where(nodes_table.c.node == node))
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+
+def summary_row(summary: NodeSummary, now: float, address: str | None) -> dict[str, Any]:
+    row = summary.to_dict()
+    row["reasons"] = json.dumps(list(summary.reasons))
+    row["heartbeat_at"] = now
+    row["address"] = address
+    return row

@@ -1,0 +1,485 @@
+"""Carries out what the machine asks, feeds the outcomes back, journals before acting.
+
+For each run the loop is: step the pending events → write the new run and its events to the
+journal in one transaction → hand the events to the notifiers → only then execute the
+commands that state allows → their outcomes become the next events. A run whose next step
+waits for time is left alone until ``tick(now)`` finds it due. Runs found unfinished when the
+executor is built get ``Resumed`` on the first tick.
+
+Every command is idempotent (unroute, stop, start, reroute, checks, polls). The single one
+that is not — the reset — is issued only after its intent is journaled, and the machine never
+issues it again for a run that has been resumed.
+
+In dry-run every command is answered with a synthetic success and nothing is touched: the
+journal and the events show exactly what would have been done.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+
+from fleetd.clock import Clock
+from fleetd.config import VllmWorkerConfig
+from fleetd.logs import get_logger
+from fleetd.remedy import machine as m
+from fleetd.remedy import verify
+from fleetd.remedy.commands import render, run_command
+from fleetd.remedy.config import RemediationConfig
+from fleetd.remedy.events import ChangeSink, EventSink, RemediationEvent, alert_key
+from fleetd.remedy.lease import FleetLease
+from fleetd.remedy.ports import GpuControl, HealthPoller
+from fleetd.remedy.workers.base import WorkerAdapter
+from fleetd.store.journal import RunJournal
+
+log = get_logger("remedy.executor")
+
+_MAX_TICKS_PER_RUN = 64  # zero-wait runs advance many steps per tick; a stuck one cannot spin
+
+
+class Executor:
+    """Drives this node's runs; one instance per daemon, ticked from one thread."""
+
+    def __init__(
+        self,
+        *,
+        node: str,
+        config: RemediationConfig,
+        journal: RunJournal,
+        backend: GpuControl,
+        poller: HealthPoller,
+        adapter: WorkerAdapter,
+        workers: Sequence[VllmWorkerConfig],
+        lease: FleetLease,
+        clock: Clock,
+        sink: ChangeSink | None = None,
+        events: EventSink | None = None,
+    ) -> None:
+        self.node = node
+        self._cfg = config
+        self._journal = journal
+        self._backend = backend
+        self._poller = poller
+        self._adapter = adapter
+        self._workers: Mapping[str, VllmWorkerConfig] = {w.name: w for w in workers}
+        self._lease = lease
+        self._clock = clock
+        self._sink = sink
+        self._event_sink = events
+        self._runs: dict[str, m.Run] = {}
+        self._seq: dict[str, int] = {}
+        self._resume: set[str] = set()
+        self.busy_s = 0.0  # time spent outside fleetd: adapters, backend, commands (bench)
+        self._redeliver = True  # events of a previous life may still be undelivered
+        for run in journal.active(node):
+            self._runs[run.run_id] = run
+            self._seq[run.run_id] = journal.last_seq(run.run_id)
+            self._resume.add(run.run_id)
+            log.info("remediation_run_resumed", run_id=run.run_id, state=run.state.value)
+        self._release_stale_leases()
+
+    def _release_stale_leases(self) -> None:
+        """A daemon killed between concluding a run and releasing its lease leaves the lease
+        behind; the journal says whether its run still needs it."""
+        for run_id in self._lease.leases(self.node):
+            run = self._runs.get(run_id) or self._journal.get(run_id)
+            if run is None or (run.terminal and not run.holding):
+                self._lease.release(run_id)
+                log.info("remediation_stale_lease_released", run_id=run_id)
+
+    # ---- public ------------------------------------------------------------------------
+    def active(self) -> list[m.Run]:
+        return sorted(self._runs.values(), key=lambda r: (r.created_at, r.run_id))
+
+    def get(self, run_id: str) -> m.Run | None:
+        return self._runs.get(run_id) or self._journal.get(run_id)
+
+    def start(self, run: m.Run, commands: list[m.Command], now: float) -> m.Run:
+        """Journal a freshly planned run; the next ``tick`` starts carrying it out.
+
+        Only the plan's records are kept from ``commands``: every action waits for a tick,
+        so a caller (the rules job, an API request) never blocks on a worker or the GPU.
+        """
+        self._seq.setdefault(run.run_id, 0)
+        events = [self._event(run, c, now) for c in commands if isinstance(c, m.Record)]
+        self._journal.save(run, events)
+        self._runs[run.run_id] = run
+        self._journal.mark_delivered(self._hand_out(events, now))
+        return run
+
+    def feed(self, run_id: str, event: m.Event, now: float) -> m.Run:
+        """Deliver one event (e.g. a Cancel from a person) to an active run."""
+        run = self._runs.get(run_id)
+        if run is None:
+            found = self._journal.get(run_id)
+            if found is None:
+                raise KeyError(run_id)
+            return found
+        self._resume.discard(run_id)
+        return self._advance(run, deque([event]), now)
+
+    def note(self, run: m.Run, record: m.Record, now: float) -> None:
+        """Add an event to a run without changing it (a further trigger, a human's remark)."""
+        event = self._event(run, record, now)
+        self._journal.append_events([event])
+        self._journal.mark_delivered(self._hand_out([event], now))
+
+    def tick(self, now: float) -> None:
+        """Resume restarted runs, advance every run whose wait is over, retry deliveries."""
+        self.redeliver(now)
+        for run in self.active():
+            if run.run_id in self._resume:
+                self._resume.discard(run.run_id)
+                run = self._advance(run, deque([m.Resumed()]), now)
+            ticks = 0
+            while not run.terminal and m.due(run, now) and ticks < _MAX_TICKS_PER_RUN:
+                before = _progress(run)
+                run = self._advance(run, deque([m.Tick()]), now)
+                ticks += 1
+                if _progress(run) == before:
+                    break
+
+    def redeliver(self, now: float, *, force: bool = False) -> None:
+        """Hand out events journaled but not yet delivered (after a restart or an outage)."""
+        if not (self._redeliver or force):
+            return
+        self._redeliver = False
+        pending = self._journal.undelivered(self.node)
+        if pending:
+            self._journal.mark_delivered(self._deliver(pending, now))
+
+    # ---- the loop ----------------------------------------------------------------------
+    def _advance(self, run: m.Run, events: deque[m.Event], now: float) -> m.Run:
+        saved = run
+        commands: list[m.Command] = []
+        unsaved: list[RemediationEvent] = []
+        delivered: list[str] = []
+        while True:
+            for event in list(events):
+                run, more = m.step(run, event, now)
+                commands += more
+            events.clear()
+            unsaved += [self._event(run, c, now) for c in commands if isinstance(c, m.Record)]
+            actions = [c for c in commands if not isinstance(c, m.Record)]
+            commands = []
+            acts = not run.dry_run and any(isinstance(a, _SIDE_EFFECTS) for a in actions)
+            if (run is not saved or unsaved) and (acts or not actions):
+                # journal first: nothing that changes the world happens before this write
+                self._journal.save(run, unsaved)
+                saved = run
+                if self._redeliver and delivered:  # settle before re-reading what is pending
+                    self._journal.mark_delivered(delivered)
+                    delivered = []
+                delivered += self._hand_out(unsaved, now)
+                unsaved = []
+            if run.terminal:
+                self._runs.pop(run.run_id, None)
+            else:
+                self._runs[run.run_id] = run
+            if not actions:
+                self._journal.mark_delivered(delivered)
+                return run
+            for action in actions:
+                outcome = self._carry_out(run, action, now)
+                if outcome is not None:
+                    events.append(outcome)
+            now = max(now, self._clock.now())
+
+    def _event(self, run: m.Run, record: m.Record, now: float) -> RemediationEvent:
+        seq = self._seq.get(run.run_id, 0) + 1
+        self._seq[run.run_id] = seq
+        return RemediationEvent(
+            event_id=f"{run.run_id}:{seq}",
+            node=run.node,
+            kind=record.kind,
+            message=record.message,
+            at=now,
+            severity=record.severity,
+            run_id=run.run_id,
+            seq=seq,
+            state=run.state.value,
+            phase=run.state.phase,
+            plan=run.plan.value,
+            dry_run=run.dry_run,
+            gpus=run.gpu_indices,
+            workers=run.worker_names,
+            trigger=run.trigger,
+            evidence=record.evidence,
+            raise_alert=record.raise_alert,
+            resolve_alert=record.resolve_alert,
+            alert_key=alert_key(run.node, run.gpu_indices),
+            actor=run.trigger.who,
+        )
+
+    def _hand_out(self, events: Sequence[RemediationEvent], now: float) -> list[str]:
+        """Deliver new events, unless older ones still wait: then all go in journal order."""
+        if self._redeliver:
+            self.redeliver(now)
+            return []
+        return self._deliver(events, now)
+
+    def _deliver(self, events: Sequence[RemediationEvent], now: float) -> list[str]:
+        """Hand events to the notifiers in order; return the ids that went out."""
+        delivered: list[str] = []
+        for event in events:
+            log.info(
+                "remediation_step",
+                run_id=event.run_id,
+                kind=event.kind,
+                state=event.state,
+                dry_run=event.dry_run,
+                message=event.message,
+            )
+            try:
+                if self._sink is not None:
+                    self._sink.submit_change(event, now)
+                if self._event_sink is not None:
+                    self._event_sink.record(event)
+            except Exception as exc:  # a notifier outage never stops a run; retried next tick
+                log.warning(
+                    "remediation_event_delivery_failed",
+                    event_id=event.event_id,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+                self._redeliver = True
+                break
+            delivered.append(event.event_id)
+        return delivered
+
+    # ---- commands ----------------------------------------------------------------------
+    def _carry_out(self, run: m.Run, cmd: m.Command, now: float) -> m.Event | None:
+        if run.dry_run:
+            return _pretend(run, cmd)
+        if isinstance(cmd, _OWN_WORK):  # the lease is fleetd's own bookkeeping
+            return self._execute(run, cmd, now)
+        started = time.perf_counter()
+        try:
+            return self._execute(run, cmd, now)
+        finally:
+            self.busy_s += time.perf_counter() - started
+
+    def _execute(self, run: m.Run, cmd: m.Command, now: float) -> m.Event | None:
+        if isinstance(cmd, m.AcquireLease):
+            return self._acquire(run, now)
+        if isinstance(cmd, m.ReleaseLease):
+            self._lease.release(run.run_id)
+            return None
+        if isinstance(cmd, m.ReleaseHolds):
+            self._release_holds(run, now)
+            return None
+        if isinstance(cmd, m.Unroute):
+            return m.UnrouteResult(cmd.worker, self._worker_call(cmd.worker, self._adapter.unroute))
+        if isinstance(cmd, m.ReadLoad):
+            return self._read_load(cmd.worker)
+        if isinstance(cmd, m.StopUnit):
+            return m.StopResult(cmd.worker, self._worker_call(cmd.worker, self._adapter.stop))
+        if isinstance(cmd, m.StartUnit):
+            return m.StartResult(cmd.worker, self._worker_call(cmd.worker, self._adapter.start))
+        if isinstance(cmd, m.Reroute):
+            return m.RerouteResult(cmd.worker, self._worker_call(cmd.worker, self._adapter.reroute))
+        if isinstance(cmd, m.CheckReady):
+            return self._check_ready(cmd.worker)
+        if isinstance(cmd, m.CheckProcesses):
+            return self._check_processes(run)
+        if isinstance(cmd, m.ResetGpu):
+            return m.ResetResult(_error_of(lambda: self._backend.reset_gpu(cmd.index)))
+        if isinstance(cmd, m.RequestReboot):
+            return m.RebootResult(self._reboot(run))
+        if isinstance(cmd, m.Rediscover):
+            return self._rediscover()
+        if isinstance(cmd, m.PollHealth):
+            return self._poll(run, now)
+        if isinstance(cmd, m.RunBurnIn):
+            return self._burn_in(run)
+        raise TypeError(f"unknown command {cmd!r}")
+
+    def _acquire(self, run: m.Run, now: float) -> m.LeaseResult:
+        """At most one run per node (oldest first), then the pause switch, then the lease."""
+        for other in self._runs.values():
+            if other.run_id == run.run_id or other.dry_run:
+                continue
+            if other.lease_held or other.state is not m.RunState.PLANNED:
+                return m.LeaseResult(False, f"run {other.run_id} is active on this node")
+            if (other.created_at, other.run_id) < (run.created_at, run.run_id):
+                return m.LeaseResult(False, f"queued behind run {other.run_id}")
+        manual = run.plan in m.MANUAL_PLANS
+        if not manual:
+            pause = self._journal.pause_state(self.node)
+            if pause.paused:
+                return m.LeaseResult(False, f"remediation paused by {pause.by}: {pause.reason}")
+            if self._cfg.mode == "off":
+                return m.LeaseResult(False, "remediation is off", final=True)
+        decision = self._lease.acquire(  # held GPUs are already counted by their holder
+            node=self.node, run_id=run.run_id, gpus=run.verify_gpus, manual=manual, now=now
+        )
+        return m.LeaseResult(decision.granted, decision.reason)
+
+    def _release_holds(self, run: m.Run, now: float) -> None:
+        mine = set(run.gpu_indices)
+        for held in self._journal.holding(self.node):
+            if held.run_id == run.run_id or not mine & set(held.gpu_indices):
+                continue
+            released = replace(held, holding=False, lease_held=False)
+            record = m.Record(
+                "hold_released",
+                f"GPUs {', '.join(map(str, held.gpu_indices))} back in service "
+                f"(undrain run {run.run_id}, {run.trigger.describe()})",
+                resolve_alert=True,
+            )
+            self._seq.setdefault(held.run_id, self._journal.last_seq(held.run_id))
+            event = self._event(released, record, now)
+            self._journal.save(released, [event])
+            self._lease.release(held.run_id)
+            self._journal.mark_delivered(self._hand_out([event], now))
+
+    def _worker(self, name: str) -> VllmWorkerConfig:
+        worker = self._workers.get(name)
+        if worker is None:
+            raise KeyError(f"worker {name} is no longer configured")
+        return worker
+
+    def _worker_call(self, name: str, call: Callable[[VllmWorkerConfig], None]) -> str | None:
+        return _error_of(lambda: call(self._worker(name)))
+
+    def _read_load(self, name: str) -> m.LoadResult:
+        try:
+            load = self._adapter.load(self._worker(name))
+        except Exception as exc:
+            return m.LoadResult(name, error=_describe(exc))
+        return m.LoadResult(name, running=load.running, waiting=load.waiting)
+
+    def _check_ready(self, name: str) -> m.ReadyResult:
+        try:
+            readiness = self._adapter.ready(self._worker(name))
+        except Exception as exc:
+            return m.ReadyResult(name, False, _describe(exc))
+        return m.ReadyResult(name, readiness.ready, readiness.detail)
+
+    def _check_processes(self, run: m.Run) -> m.ProcessResult:
+        holders: list[str] = []
+        seen: set[int] = set()
+        try:
+            for gpu in run.gpu_indices:
+                for proc in self._backend.processes(gpu):
+                    holders.append(f"GPU {gpu}: pid {proc.pid} ({proc.name})")
+                    seen.add(proc.pid)
+            if self._cfg.drain.refuse_if_kfd_processes and run.plan is m.Plan.RESET:
+                for pid in self._backend.compute_processes():
+                    if pid not in seen:
+                        seen.add(pid)
+                        holders.append(f"KFD process pid {pid} (a hive reset would kill it)")
+        except Exception as exc:
+            return m.ProcessResult(error=f"cannot list processes: {_describe(exc)}")
+        return m.ProcessResult(tuple(holders))
+
+    def _rediscover(self) -> m.RediscoverResult:
+        try:
+            found = self._backend.rediscover()
+        except Exception as exc:
+            return m.RediscoverResult(error=f"re-enumeration failed: {_describe(exc)}")
+        keys = {g.uuid for g in found} | {f"index:{g.index}" for g in found}
+        return m.RediscoverResult(tuple(sorted(keys)))
+
+    def _poll(self, run: m.Run, now: float) -> m.HealthResult:
+        try:
+            snapshot = self._poller.poll(now)
+        except Exception as exc:
+            return m.HealthResult((f"poll failed: {_describe(exc)}",))
+        return verify.assess(snapshot, run.verify_gpus)
+
+    def _reboot(self, run: m.Run) -> str | None:
+        reboot = self._cfg.reboot
+        if reboot is None:
+            return "no reboot command configured"
+        values = {"node": self.node, "gpus": ",".join(map(str, run.gpu_indices))}
+        return _error_of(
+            lambda: run_command(render(reboot.command, values), timeout=reboot.timeout)
+        )
+
+    def _burn_in(self, run: m.Run) -> m.BurnInResult:
+        burn = self._cfg.verify.burn_in
+        if burn is None:
+            return m.BurnInResult(None, "no burn-in configured")
+        values = {"node": self.node, "gpus": ",".join(map(str, run.gpu_indices))}
+        try:
+            result = run_command(render(burn.command, values), timeout=burn.timeout)
+        except Exception as exc:
+            return m.BurnInResult(_describe(exc))
+        return m.BurnInResult(None, result.stdout.strip()[-200:])
+
+
+_SIDE_EFFECTS = (
+    m.AcquireLease,
+    m.ReleaseLease,
+    m.ReleaseHolds,
+    m.Unroute,
+    m.StopUnit,
+    m.ResetGpu,
+    m.RequestReboot,
+    m.RunBurnIn,
+    m.StartUnit,
+    m.Reroute,
+)
+"""Commands that change the world; the journal is written before any of them runs.
+Checks and polls (ReadLoad, CheckProcesses, Rediscover, PollHealth, CheckReady) only read."""
+
+
+_OWN_WORK = (m.AcquireLease, m.ReleaseLease, m.ReleaseHolds)
+
+
+def _progress(run: m.Run) -> tuple[object, ...]:
+    return (
+        run.state,
+        tuple((w.phase, w.idle_reads) for w in run.workers),
+        run.healthy_polls,
+        run.rediscovered,
+        run.next_at,
+    )
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return text if text else type(exc).__name__
+
+
+def _error_of(call: Callable[[], object]) -> str | None:
+    """Run ``call``; None on success, the error text otherwise (never raises)."""
+    try:
+        call()
+    except Exception as exc:
+        log.warning("remediation_command_failed", error=_describe(exc), kind=type(exc).__name__)
+        return _describe(exc)
+    return None
+
+
+def _pretend(run: m.Run, cmd: m.Command) -> m.Event | None:
+    """Dry-run: the outcome a healthy world would give, without touching anything."""
+    if isinstance(cmd, m.AcquireLease):
+        return m.LeaseResult(True, "dry-run")
+    if isinstance(cmd, m.Unroute):
+        return m.UnrouteResult(cmd.worker)
+    if isinstance(cmd, m.ReadLoad):
+        return m.LoadResult(cmd.worker, 0.0, 0.0)
+    if isinstance(cmd, m.StopUnit):
+        return m.StopResult(cmd.worker)
+    if isinstance(cmd, m.CheckProcesses):
+        return m.ProcessResult(())
+    if isinstance(cmd, m.ResetGpu):
+        return m.ResetResult()
+    if isinstance(cmd, m.RequestReboot):
+        return m.RebootResult()
+    if isinstance(cmd, m.Rediscover):
+        return m.RediscoverResult(tuple(g.key for g in run.gpus))
+    if isinstance(cmd, m.PollHealth):
+        return m.HealthResult()
+    if isinstance(cmd, m.RunBurnIn):
+        return m.BurnInResult(None, "dry-run")
+    if isinstance(cmd, m.StartUnit):
+        return m.StartResult(cmd.worker)
+    if isinstance(cmd, m.CheckReady):
+        return m.ReadyResult(cmd.worker, True, "dry-run")
+    if isinstance(cmd, m.Reroute):
+        return m.RerouteResult(cmd.worker)
+    return None

@@ -1,0 +1,192 @@
+"""Which alert leads to which plan, and the escalation ladder per GPU.
+
+Pure: given the alert, the configuration and this node's recent runs, ``decide`` says what
+to do. The ladder is reset → reboot (only when a reboot command is configured and its own
+budget allows) → quarantine. A GPU climbs a rung when its reset budget is spent (default 3
+resets in 24 h), or at once when it faults again during its probation after a re-admission.
+Dry-run runs never count: nothing was done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from fleetd.model import Alert, AlertState, Transition, label_value
+from fleetd.remedy.config import RemediationConfig
+from fleetd.remedy.machine import Plan, Run, RunSettings, RunState, Trigger
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """``plan`` None means: do not open a run (``reason`` says why)."""
+
+    plan: Plan | None
+    reason: str
+    escalated: bool = False
+
+
+def trigger_of(transition: Transition) -> Trigger:
+    alert = transition.alert
+    return Trigger(
+        kind="alert",
+        at=transition.at,
+        rule=alert.key.rule,
+        fingerprint=alert.key.fingerprint(),
+        gpu=alert_gpu(alert),
+        severity=alert.severity.value,
+        value=alert.value,
+        labels=alert.labels,
+    )
+
+
+def alert_gpu(alert: Alert) -> int | None:
+    value = label_value(alert.labels, "gpu") or label_value(alert.key.labels, "gpu")
+    if value is None or not value.isdigit():
+        return None
+    return int(value)
+
+
+def wants_remediation(transition: Transition) -> bool:
+    """Only an alert that starts firing with a remediation plan opens a run."""
+    return (
+        transition.current is AlertState.FIRING
+        and transition.previous is not AlertState.FIRING
+        and transition.alert.remediation_plan is not None
+    )
+
+
+def _counted(run: Run) -> bool:
+    return not run.dry_run
+
+
+def resets_of(gpu: int, history: Sequence[Run], since: float) -> int:
+    """Resets this node made because GPU ``gpu`` faulted, since ``since``."""
+    return sum(
+        1
+        for r in history
+        if _counted(r) and r.reset_count > 0 and r.trigger.gpu == gpu and r.created_at >= since
+    )
+
+
+def reboots_since(history: Sequence[Run], since: float) -> int:
+    return sum(1 for r in history if _counted(r) and r.reboot_count > 0 and r.created_at >= since)
+
+
+def in_probation(gpu: int, history: Sequence[Run], now: float, probation: float) -> Run | None:
+    """The run that re-admitted ``gpu`` less than ``probation`` ago, if any."""
+    for r in history:
+        if (
+            _counted(r)
+            and r.state is RunState.DONE
+            and r.plan in (Plan.RESET, Plan.REBOOT)
+            and gpu in r.gpu_indices
+            and now - r.entered_at < probation
+        ):
+            return r
+    return None
+
+
+def decide(
+    alert: Alert, *, config: RemediationConfig, history: Sequence[Run], now: float
+) -> Decision:
+    """What to do about ``alert`` (which has just started firing)."""
+    if config.mode == "off":
+        return Decision(None, "remediation is off")
+    name = alert.remediation_plan
+    if name is None:
+        return Decision(None, "the rule allows no remediation")
+    action = config.plans.get(name)
+    if action is None:
+        return Decision(None, f"plan {name!r} is not configured under remediation.plans")
+    if action == "none":
+        return Decision(None, f"plan {name!r} is disabled")
+    gpu = alert_gpu(alert)
+    if action == "reboot":
+        return _reboot_or_quarantine(config, history, now, "the rule asks for a reboot")
+    if gpu is None:
+        return Decision(None, f"plan {name!r} needs a gpu label on the alert")
+    if action == "quarantine":
+        return Decision(Plan.QUARANTINE, "the rule asks for quarantine")
+    previous = in_probation(gpu, history, now, config.probation)
+    if previous is not None:
+        return _escalate(
+            config,
+            history,
+            now,
+            f"GPU {gpu} faulted again within its probation after run {previous.run_id}",
+        )
+    used = resets_of(gpu, history, now - config.budget.window)
+    if used >= config.budget.max_resets:
+        return _escalate(
+            config,
+            history,
+            now,
+            f"GPU {gpu} reset budget spent ({used} resets in {config.budget.window:g}s)",
+        )
+    return Decision(Plan.RESET, f"reset {used + 1} of {config.budget.max_resets} for GPU {gpu}")
+
+
+def _escalate(config: RemediationConfig, history: Sequence[Run], now: float, why: str) -> Decision:
+    decision = _reboot_or_quarantine(config, history, now, why)
+    return Decision(decision.plan, decision.reason, escalated=True)
+
+
+def _reboot_or_quarantine(
+    config: RemediationConfig, history: Sequence[Run], now: float, why: str
+) -> Decision:
+    reboot = config.reboot
+    if reboot is None:
+        return Decision(Plan.QUARANTINE, f"{why}; no reboot command configured: quarantine")
+    used = reboots_since(history, now - reboot.window)
+    if used >= reboot.max_per_window:
+        return Decision(
+            Plan.QUARANTINE, f"{why}; reboot budget spent ({used} in {reboot.window:g}s)"
+        )
+    return Decision(Plan.REBOOT, f"{why}: reboot")
+
+
+def reboot_available(config: RemediationConfig, history: Sequence[Run], now: float) -> bool:
+    """Whether a reset run may escalate in place to a reboot when its verification fails."""
+    reboot = config.reboot
+    return reboot is not None and reboots_since(history, now - reboot.window) < (
+        reboot.max_per_window
+    )
+
+
+def settings_for(
+    config: RemediationConfig, *, dry_run: bool, escalate_to_reboot: bool
+) -> RunSettings:
+    """The waits a new run is planned with; a dry run waits for nothing (it acts on nothing)."""
+    d, v, r = config.drain, config.verify, config.readmit
+    settings = RunSettings(
+        balancer_delay=d.balancer_delay,
+        drain_poll_interval=d.poll_interval,
+        idle_reads=d.idle_reads,
+        drain_timeout=d.timeout,
+        on_drain_timeout=d.on_timeout,
+        release_timeout=d.release_timeout,
+        release_poll_interval=d.release_poll_interval,
+        verify_polls=v.healthy_polls,
+        verify_poll_interval=v.poll_interval,
+        verify_timeout=v.timeout,
+        burn_in=v.burn_in is not None,
+        ready_timeout=r.timeout,
+        ready_poll_interval=r.poll_interval,
+        lease_timeout=config.fleet.lease_timeout,
+        lease_retry_interval=config.fleet.lease_retry_interval,
+        reboot_timeout=config.reboot.timeout if config.reboot is not None else 0.0,
+        escalate_to_reboot=escalate_to_reboot,
+    )
+    if dry_run:
+        settings = replace(
+            settings,
+            idle_reads=1,
+            verify_polls=1,
+            balancer_delay=0.0,
+            drain_poll_interval=0.0,
+            release_poll_interval=0.0,
+            verify_poll_interval=0.0,
+            ready_poll_interval=0.0,
+        )
+    return settings

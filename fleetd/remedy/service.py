@@ -1,0 +1,450 @@
+"""The remediation facade: what the daemon, the HTTP API and fleetctl call.
+
+``handle(transitions, now)`` turns alerts into runs through the policy (it only journals the
+plan, so the rules job never waits on a worker); ``tick(now)`` drives them. People can
+``drain``, ``undrain``, ``cancel``, ``pause``/``resume`` and reset the circuit breaker at any
+time (it takes effect between two steps of a run). Every decision, including a decision *not*
+to act, is an event with what triggered it.
+
+Mode ``off`` opens no automatic run, ``dry-run`` (the default) opens runs that act on
+nothing, ``on`` acts. Requests from a person always act: a human can always drain, undrain
+or cancel. Pausing stops new automatic runs from starting; a run already past its start
+finishes or concludes safely, because half a drained hive is worse than either.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from fleetd.clock import Clock
+from fleetd.config import VllmWorkerConfig
+from fleetd.errors import RemedyError
+from fleetd.logs import get_logger
+from fleetd.model import GpuIdentity, Reading, Transition, make_labels
+from fleetd.remedy import machine as m
+from fleetd.remedy.config import RemediationConfig
+from fleetd.remedy.events import ChangeSink, EventSink, RemediationEvent, alert_key
+from fleetd.remedy.executor import Executor
+from fleetd.remedy.lease import BreakerStatus, FleetLease
+from fleetd.remedy.policy import (
+    decide,
+    reboot_available,
+    settings_for,
+    trigger_of,
+    wants_remediation,
+)
+from fleetd.remedy.ports import GpuControl, HealthPoller
+from fleetd.remedy.workers.base import WorkerAdapter
+from fleetd.store.journal import PauseState, RunJournal
+
+log = get_logger("remedy")
+
+
+@dataclass(frozen=True, slots=True)
+class HeldGpus:
+    """GPUs kept out of service after a run ended (quarantined, drained, aborted mid-way)."""
+
+    run_id: str
+    gpus: tuple[int, ...]
+    workers: tuple[str, ...]
+    state: str
+    reason: str
+    since: float
+
+
+@dataclass(frozen=True, slots=True)
+class RemediationStatus:
+    node: str
+    mode: str
+    paused: PauseState
+    breaker: BreakerStatus
+    lease_scope: str
+    gpus_out_of_service: int
+    active: tuple[m.Run, ...]
+    held: tuple[HeldGpus, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able, for the API and ``fleetctl``."""
+        return {
+            "node": self.node,
+            "mode": self.mode,
+            "paused": asdict(self.paused),
+            "breaker": asdict(self.breaker),
+            "lease_scope": self.lease_scope,
+            "gpus_out_of_service": self.gpus_out_of_service,
+            "active": [run_summary(r) for r in self.active],
+            "held": [asdict(h) for h in self.held],
+        }
+
+
+def run_summary(run: m.Run) -> dict[str, Any]:
+    """A run as the API shows it: the journal form plus its coarse phase."""
+    return {**m.run_to_dict(run), "phase": run.state.phase, "terminal": run.terminal}
+
+
+class Remediation:
+    """One node's remediation: policy, executor, journal and the manual controls."""
+
+    def __init__(
+        self,
+        *,
+        node: str,
+        config: RemediationConfig,
+        workers: Sequence[VllmWorkerConfig],
+        backend: GpuControl,
+        poller: HealthPoller,
+        adapter: WorkerAdapter,
+        journal: RunJournal,
+        lease: FleetLease,
+        clock: Clock,
+        sink: ChangeSink | None = None,
+        events: EventSink | None = None,
+        new_id: Callable[[], str] | None = None,
+    ) -> None:
+        self.node = node
+        self.config = config
+        self._workers = list(workers)
+        self._backend = backend
+        self._journal = journal
+        self._lease = lease
+        self._new_id = new_id or (lambda: uuid.uuid4().hex[:16])
+        self._lock = threading.RLock()
+        self.executor = Executor(
+            node=node,
+            config=config,
+            journal=journal,
+            backend=backend,
+            poller=poller,
+            adapter=adapter,
+            workers=workers,
+            lease=lease,
+            clock=clock,
+            sink=sink,
+            events=events,
+        )
+
+    # ---- automatic --------------------------------------------------------------------
+    def handle(self, transitions: Iterable[Transition], now: float) -> list[str]:
+        """Open runs for alerts that start firing with a remediation plan; return their ids."""
+        opened = []
+        with self._lock:
+            for transition in transitions:
+                if wants_remediation(transition):
+                    run_id = self._handle_one(transition, now)
+                    if run_id is not None:
+                        opened.append(run_id)
+        return opened
+
+    def _handle_one(self, transition: Transition, now: float) -> str | None:
+        trigger = trigger_of(transition)
+        gpu = trigger.gpu
+        for run in [*self.executor.active(), *self._journal.holding(self.node)]:
+            if gpu is None or gpu in run.gpu_indices:
+                what = "held out of service" if run.holding else f"in run ({run.state.value})"
+                self.executor.note(
+                    run,
+                    m.Record(
+                        "further_trigger",
+                        f"{trigger.describe()} while GPUs {_gpus(run.gpu_indices)} are {what}",
+                    ),
+                    now,
+                )
+                return None
+        history = self._journal.runs(self.node, since=now - self._history_window())
+        decision = decide(transition.alert, config=self.config, history=history, now=now)
+        if decision.plan is None:
+            self._node_event("not_remediated", decision.reason, now, trigger=trigger)
+            return None
+        dry_run = self.config.mode == "dry-run"
+        run_id = self._new_id()
+        if not dry_run:
+            pause = self._journal.pause_state(self.node)
+            if pause.paused:
+                why = f"remediation paused by {pause.by}: {pause.reason}"
+                self._node_event("not_remediated", why, now, trigger=trigger)
+                return None
+            status = self._lease.record_failure(node=self.node, gpu=gpu, run_id=run_id, now=now)
+            if status.just_tripped:
+                self._node_event(
+                    "breaker_tripped",
+                    f"circuit breaker open ({self._lease.scope}): {status.reason}; automatic "
+                    "remediation is paused until a person resets it",
+                    now,
+                    trigger=trigger,
+                    severity="critical",
+                    raise_alert=True,
+                    key=f"fleetd-remediation/{self._lease.scope}/breaker",
+                )
+            if status.tripped:
+                why = f"circuit breaker open: {status.reason}"
+                self._node_event("not_remediated", why, now, trigger=trigger)
+                return None
+        plan = decision.plan
+        gpus = self._unit(plan, gpu)
+        escalate = (
+            plan is m.Plan.RESET
+            and reboot_available(self.config, history, now)
+            and set(gpus) == {g.index for g in self._identities().values()}
+        )
+        settings = settings_for(self.config, dry_run=dry_run, escalate_to_reboot=escalate)
+        return self._open(
+            run_id,
+            plan,
+            trigger,
+            gpus,
+            settings,
+            now,
+            dry_run=dry_run,
+            why=decision.reason,
+            escalated=decision.escalated,
+        )
+
+    def _history_window(self) -> float:
+        reboot = self.config.reboot.window if self.config.reboot is not None else 0.0
+        return max(self.config.budget.window, self.config.probation, reboot)
+
+    # ---- manual -----------------------------------------------------------------------
+    def drain(self, gpu: int, *, who: str, why: str, now: float) -> str:
+        """Take GPU ``gpu``'s workers out of service and keep them out (until undrain)."""
+        with self._lock:
+            self._check_gpu(gpu)
+            for run in [*self.executor.active(), *self._journal.holding(self.node)]:
+                if gpu in run.gpu_indices:
+                    raise RemedyError(f"GPU {gpu} is already in run {run.run_id} ({run.state})")
+            trigger = m.Trigger(kind="manual", at=now, gpu=gpu, who=who, why=why)
+            return self._open(
+                self._new_id(),
+                m.Plan.DRAIN,
+                trigger,
+                (gpu,),
+                self._manual_settings(),
+                now,
+                dry_run=False,
+                why=f"drain requested by {who}",
+            )
+
+    def undrain(self, gpu: int, *, who: str, why: str, now: float) -> str:
+        """Bring back every worker held out of service on the unit that holds ``gpu``."""
+        with self._lock:
+            held = [r for r in self._journal.holding(self.node) if gpu in r.gpu_indices]
+            if not held:
+                raise RemedyError(f"GPU {gpu} is not held out of service")
+            for run in self.executor.active():
+                if run.plan is m.Plan.UNDRAIN and gpu in run.gpu_indices:
+                    raise RemedyError(f"undrain of GPU {gpu} already under way: {run.run_id}")
+            gpus = tuple(sorted({i for r in held for i in r.gpu_indices}))
+            trigger = m.Trigger(kind="manual", at=now, gpu=gpu, who=who, why=why)
+            names = {w for r in held for w in r.worker_names}
+            return self._open(
+                self._new_id(),
+                m.Plan.UNDRAIN,
+                trigger,
+                gpus,
+                self._manual_settings(),
+                now,
+                dry_run=False,
+                why=f"undrain requested by {who}",
+                workers=tuple(w.name for w in self._workers if w.name in names),
+            )
+
+    def cancel(self, run_id: str, *, who: str, why: str, now: float) -> m.Run:
+        """Stop a run between two steps; what is still drained stays drained and alerted."""
+        with self._lock:
+            try:
+                return self.executor.feed(run_id, m.Cancel(who, why), now)
+            except KeyError:
+                raise RemedyError(f"no run {run_id}") from None
+
+    def pause(self, *, who: str, why: str, now: float) -> None:
+        with self._lock:
+            self._journal.set_paused(self.node, PauseState(True, who, why, now))
+            self._node_event(
+                "paused", f"automatic remediation paused by {who}: {why}", now, actor=who
+            )
+
+    def resume(self, *, who: str, why: str, now: float) -> None:
+        with self._lock:
+            self._journal.set_paused(self.node, PauseState(False, who, why, now))
+            self._node_event(
+                "resumed", f"automatic remediation resumed by {who}: {why}", now, actor=who
+            )
+
+    def reset_breaker(self, *, who: str, now: float) -> None:
+        with self._lock:
+            self._lease.reset_breaker(who=who, now=now)
+            self._node_event(
+                "breaker_reset",
+                f"circuit breaker ({self._lease.scope}) reset by {who}",
+                now,
+                resolve_alert=True,
+                key=f"fleetd-remediation/{self._lease.scope}/breaker",
+                actor=who,
+            )
+
+    # ---- driving and reading ------------------------------------------------------------
+    def tick(self, now: float) -> None:
+        with self._lock:
+            self.executor.tick(now)
+
+    def status(self) -> RemediationStatus:
+        with self._lock:
+            held = tuple(
+                HeldGpus(
+                    r.run_id,
+                    r.gpu_indices,
+                    r.out_of_rotation() or r.worker_names,
+                    r.state.value,
+                    r.outcome or "",
+                    r.entered_at,
+                )
+                for r in self._journal.holding(self.node)
+            )
+            return RemediationStatus(
+                node=self.node,
+                mode=self.config.mode,
+                paused=self._journal.pause_state(self.node),
+                breaker=self._lease.breaker(),
+                lease_scope=self._lease.scope,
+                gpus_out_of_service=self._lease.out_of_service(),
+                active=tuple(self.executor.active()),
+                held=held,
+            )
+
+    def metrics(self, now: float) -> list[Reading]:
+        """The ``fleetd_remediation_*`` series of the catalog (for the exporter's group)."""
+        with self._lock:
+            status = self.status()
+            counts, resets = self._journal.counts(self.node)
+
+        def reading(metric: str, value: float, **labels: object) -> Reading:
+            return Reading(metric, make_labels(labels), float(value), now)
+
+        scope = status.lease_scope
+        out = [
+            reading("fleetd_remediation_mode", 1, mode=status.mode),
+            reading("fleetd_remediation_paused", status.paused.paused),
+            reading("fleetd_remediation_breaker_open", status.breaker.tripped, scope=scope),
+            reading("fleetd_remediation_runs_active", len(status.active)),
+            reading("fleetd_remediation_resets_total", resets),
+            reading("fleetd_remediation_gpus_held", len({g for h in status.held for g in h.gpus})),
+            reading(
+                "fleetd_remediation_gpus_out_of_service", status.gpus_out_of_service, scope=scope
+            ),
+        ]
+        out += [
+            reading("fleetd_remediation_runs_total", n, plan=plan, outcome=state)
+            for (plan, state), n in sorted(counts.items())
+        ]
+        return out
+
+    def runs(self, *, limit: int = 50) -> list[m.Run]:
+        return self._journal.runs(self.node, limit=limit)
+
+    def run(self, run_id: str) -> m.Run | None:
+        return self.executor.get(run_id)
+
+    def events(self, run_id: str | None = None, *, limit: int = 1000) -> list[RemediationEvent]:
+        return self._journal.events(run_id=run_id, node=self.node, limit=limit)
+
+    # ---- helpers ------------------------------------------------------------------------
+    def _open(
+        self,
+        run_id: str,
+        plan: m.Plan,
+        trigger: m.Trigger,
+        gpus: tuple[int, ...],
+        settings: m.RunSettings,
+        now: float,
+        *,
+        dry_run: bool,
+        why: str,
+        escalated: bool = False,
+        workers: tuple[str, ...] | None = None,
+    ) -> str:
+        identities = self._identities()
+        unit = tuple(
+            m.UnitGpu(i, identities[i].uuid, identities[i].bdf) if i in identities else m.UnitGpu(i)
+            for i in gpus
+        )
+        held: set[int] = set()
+        if plan is not m.Plan.UNDRAIN:
+            held = {i for r in self._journal.holding(self.node) for i in r.gpu_indices}
+        if workers is None:
+            # a worker on a held GPU stays out: this run must not bring it back
+            workers = tuple(
+                w.name for w in self._workers if set(w.gpus) & set(gpus) and not set(w.gpus) & held
+            )
+        run, commands = m.plan_run(
+            run_id=run_id,
+            node=self.node,
+            plan=plan,
+            trigger=trigger,
+            gpus=unit,
+            workers=workers,
+            settings=settings,
+            now=now,
+            dry_run=dry_run,
+            held_gpus=tuple(sorted(held)),
+        )
+        note = m.Record("policy", why, severity="warning" if escalated else "info")
+        first, *rest = commands
+        self.executor.start(run, [first, note, *rest], now)
+        return run_id
+
+    def _unit(self, plan: m.Plan, gpu: int | None) -> tuple[int, ...]:
+        if plan is m.Plan.REBOOT or gpu is None:
+            return tuple(sorted(self._identities()))
+        if plan is m.Plan.RESET and self.config.reset_unit == "hive":
+            unit = set(self._backend.reset_unit(gpu)) | {gpu}
+            return tuple(sorted(unit))
+        return (gpu,)
+
+    def _identities(self) -> dict[int, GpuIdentity]:
+        return {g.index: g for g in self._backend.gpus()}
+
+    def _check_gpu(self, gpu: int) -> None:
+        if gpu not in self._identities():
+            raise RemedyError(f"no GPU {gpu} on {self.node}")
+
+    def _manual_settings(self) -> m.RunSettings:
+        return settings_for(self.config, dry_run=False, escalate_to_reboot=False)
+
+    def _node_event(
+        self,
+        kind: str,
+        message: str,
+        now: float,
+        *,
+        trigger: m.Trigger | None = None,
+        severity: m.Severity = "info",
+        raise_alert: bool = False,
+        resolve_alert: bool = False,
+        key: str | None = None,
+        actor: str | None = None,
+    ) -> None:
+        gpus = (trigger.gpu,) if trigger is not None and trigger.gpu is not None else ()
+        event = RemediationEvent(
+            event_id=f"{self.node}:{kind}:{self._new_id()}",
+            node=self.node,
+            kind=kind,
+            message=message,
+            at=now,
+            severity=severity,
+            dry_run=self.config.mode == "dry-run",
+            gpus=gpus,
+            trigger=trigger,
+            raise_alert=raise_alert,
+            resolve_alert=resolve_alert,
+            alert_key=key or alert_key(self.node, gpus),
+            actor=actor,
+        )
+        self._journal.append_events([event])
+        self.executor.redeliver(now, force=True)
+
+
+def _gpus(indices: tuple[int, ...]) -> str:
+    return ", ".join(str(i) for i in indices)

@@ -1,0 +1,55 @@
+"""Building a node's Remediation from fleetd.yaml (the daemon and ``fleetd demo`` call this)."""
+
+from __future__ import annotations
+
+from fleetd.clock import Clock
+from fleetd.config import FleetdConfig
+from fleetd.remedy.events import ChangeSink, EventSink
+from fleetd.remedy.lease import FleetLease, SqlFleetLease
+from fleetd.remedy.ports import GpuControl, HealthPoller
+from fleetd.remedy.service import Remediation
+from fleetd.remedy.workers import CommandWorkers, SystemdWorkers, WorkerAdapter
+from fleetd.store.db import Database
+from fleetd.store.journal import RunJournal
+
+
+def build_adapter(config: FleetdConfig) -> WorkerAdapter:
+    rc = config.remediation
+    if rc.workers.adapter == "command":
+        return CommandWorkers(rc.workers, rc.readmit, node=config.node.name)
+    return SystemdWorkers(rc.workers, rc.readmit, node=config.node.name)
+
+
+def build_lease(config: FleetdConfig, db: Database) -> FleetLease:
+    """Fleet-wide limits through the shared PostgreSQL when configured, per node otherwise."""
+    fleet = config.remediation.fleet
+    if config.registry.url is not None:
+        return SqlFleetLease.shared(config.registry.url.reveal(), fleet)
+    return SqlFleetLease.local(db, config.node.name, fleet)
+
+
+def build_remediation(
+    config: FleetdConfig,
+    *,
+    db: Database,
+    backend: GpuControl,
+    poller: HealthPoller,
+    clock: Clock,
+    sink: ChangeSink | None = None,
+    events: EventSink | None = None,
+    adapter: WorkerAdapter | None = None,
+    lease: FleetLease | None = None,
+) -> Remediation:
+    return Remediation(
+        node=config.node.name,
+        config=config.remediation,
+        workers=config.vllm.workers,
+        backend=backend,
+        poller=poller,
+        adapter=adapter or build_adapter(config),
+        journal=RunJournal(db),
+        lease=lease or build_lease(config, db),
+        clock=clock,
+        sink=sink,
+        events=events,
+    )

@@ -1,0 +1,80 @@
+"""Workers managed by something else (Slurm, Kubernetes, a router): user commands.
+
+``drain`` takes the worker out of service, ``status`` prints how many requests or jobs it
+still has (0 = idle), optional ``stop``/``start`` handle the process, ``ready`` exits 0 once
+it serves again (without one, the worker's vLLM /health and /v1/models are checked), and
+``undrain`` puts it back. Placeholders: {worker} {unit} {url} {gpus} {node} {model}.
+"""
+
+from __future__ import annotations
+
+import requests
+
+from fleetd.config import VllmWorkerConfig
+from fleetd.errors import RemedyError
+from fleetd.remedy.commands import render, run_command
+from fleetd.remedy.config import ReadmitConfig, WorkerCommandsConfig, WorkersConfig
+from fleetd.remedy.workers.base import Load, Readiness, check_ready, placeholders
+
+
+class CommandWorkers:
+    def __init__(
+        self,
+        config: WorkersConfig,
+        readmit: ReadmitConfig,
+        *,
+        node: str,
+        session: requests.Session | None = None,
+    ) -> None:
+        if config.commands is None:
+            raise ValueError("the command adapter needs remediation.workers.commands")
+        self._cmds: WorkerCommandsConfig = config.commands
+        self._timeout = config.command_timeout
+        self._stop_timeout = config.stop_timeout
+        self._http_timeout = config.http_timeout
+        self._readmit = readmit
+        self._node = node
+        self._session = session or requests.Session()
+
+    def _run(self, argv: list[str], worker: VllmWorkerConfig, timeout: float) -> str:
+        return run_command(render(argv, placeholders(worker, self._node)), timeout=timeout).stdout
+
+    def unroute(self, worker: VllmWorkerConfig) -> None:
+        self._run(self._cmds.drain, worker, self._timeout)
+
+    def reroute(self, worker: VllmWorkerConfig) -> None:
+        self._run(self._cmds.undrain, worker, self._timeout)
+
+    def load(self, worker: VllmWorkerConfig) -> Load:
+        out = self._run(self._cmds.status, worker, self._timeout).strip()
+        first = out.split()[0] if out else ""
+        try:
+            in_flight = float(first)
+        except ValueError:
+            raise RemedyError(
+                f"status command for {worker.name} printed {out[:80]!r}, not a number"
+            ) from None
+        return Load(running=in_flight, waiting=0.0)
+
+    def stop(self, worker: VllmWorkerConfig) -> None:
+        if self._cmds.stop is not None:
+            self._run(self._cmds.stop, worker, self._stop_timeout)
+
+    def start(self, worker: VllmWorkerConfig) -> None:
+        if self._cmds.start is not None:
+            self._run(self._cmds.start, worker, self._timeout)
+
+    def ready(self, worker: VllmWorkerConfig) -> Readiness:
+        if self._cmds.ready is None:
+            return check_ready(
+                self._session,
+                worker,
+                timeout=self._http_timeout,
+                completion=self._readmit.completion_check,
+            )
+        argv = render(self._cmds.ready, placeholders(worker, self._node))
+        result = run_command(argv, timeout=self._timeout, check=False)
+        if result.returncode == 0:
+            return Readiness(True, result.stdout.strip()[:200])
+        detail = (result.stderr.strip() or result.stdout.strip())[:200]
+        return Readiness(False, f"ready command exited {result.returncode} {detail}".strip())

@@ -1,0 +1,498 @@
+"""An in-process stand-in for `vllm serve`, its systemd unit and a load balancer's rotation.
+
+Tests and ``fleetd demo`` need vLLM workers that behave like the real thing where
+remediation looks: real HTTP on loopback serving ``/health``, ``/v1/models``,
+``/v1/completions`` and ``/metrics`` (``vllm:num_requests_running``,
+``vllm:num_requests_waiting``, ``vllm:generation_tokens_total``,
+``vllm:request_success_total``); in-flight requests that finish as the *injected* clock
+moves; a unit that stops (aborting what is left, as vLLM without --shutdown-timeout does) and
+starts (loading for ``startup_s`` before it answers); and a process registered on the
+simulated GPUs so the release check sees it and a hive reset kills it.
+
+``StandInFleet`` runs several workers plus one control server that a stand-in ``systemctl``
+script (written into a ``bin`` directory the test puts first on PATH) and a load balancer
+hook (HTTP ``/rotation/<worker>/out|in``) talk to.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import stat
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from fleetd.clock import Clock
+
+UnitState = Literal["active", "activating", "inactive", "failed"]
+
+
+class ProcessTable(Protocol):
+    """Where a worker registers its process: ``fleetd.sim`` SimNode has these."""
+
+    def add_process(
+        self,
+        gpu: int,
+        pid: int,
+        name: str,
+        vram_bytes: int,
+        on_kill: Callable[[int], None] | None = None,
+    ) -> None: ...
+
+    def remove_process(self, pid: int) -> bool: ...
+
+
+@dataclass
+class _Request:
+    duration: float
+    tokens_per_s: float
+    started: float | None = None
+
+    def finish_at(self) -> float:
+        assert self.started is not None
+        return self.started + self.duration
+
+
+class StandInVllm:
+    """One stand-in vLLM server. Thread-safe: HTTP threads and the test both touch it."""
+
+    def __init__(
+        self,
+        name: str,
+        gpus: Sequence[int],
+        *,
+        clock: Clock,
+        model: str = "stand-in/llama",
+        unit: str | None = None,
+        processes: ProcessTable | None = None,
+        pid_base: int = 40_000,
+        startup_s: float = 0.0,
+        max_running: int = 8,
+        tokens_per_s: float = 40.0,
+        vram_bytes: int = 150 * 2**30,
+    ) -> None:
+        self.name = name
+        self.gpus = tuple(gpus)
+        self.model = model
+        self.unit = unit or f"vllm-{name}.service"
+        self.startup_s = startup_s
+        self.max_running = max_running
+        self.tokens_per_s = tokens_per_s
+        self.fail_start = False  # a worker that never comes back after a start
+        self.in_rotation = True
+        self.starts = 0
+        self.stops = 0
+        self.aborted = 0
+        self.completed = 0
+        self._clock = clock
+        self._processes = processes
+        self._pid_base = pid_base
+        self._vram = vram_bytes
+        self._lock = threading.RLock()
+        self._state: UnitState = "inactive"
+        self._ready_at = 0.0
+        self._pid: int | None = None
+        self._running: list[_Request] = []
+        self._waiting: deque[_Request] = deque()
+        self._done_tokens = 0.0
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), name=f"standin-{name}", daemon=True
+        )
+        self._thread.start()
+
+    # ---- identity ------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    @property
+    def pid(self) -> int | None:
+        with self._lock:
+            return self._pid
+
+    def close(self) -> None:
+        with self._lock:
+            self._unregister()
+            self._state = "inactive"
+        self._server.shutdown()
+        self._server.server_close()
+
+    # ---- the unit ------------------------------------------------------------------------
+    def state(self) -> UnitState:
+        with self._lock:
+            ready = self._clock.now() >= self._ready_at
+            if self._state == "activating" and not self.fail_start and ready:
+                self._state = "active"
+            return self._state
+
+    def start_unit(self) -> None:
+        """``systemctl start``: a new process; serves once the model has loaded."""
+        with self._lock:
+            if self._state in ("active", "activating"):
+                return
+            self.starts += 1
+            self._pid = self._pid_base + self.starts
+            self._ready_at = self._clock.now() + self.startup_s
+            self._state = "activating"
+            if self._processes is not None:
+                for gpu in self.gpus:
+                    self._processes.add_process(
+                        gpu, self._pid, "python3 -m vllm serve", self._vram, self._killed
+                    )
+        self.state()
+
+    def stop_unit(self) -> None:
+        """``systemctl stop``: whatever is still in flight is aborted; the process exits."""
+        with self._lock:
+            if self._state == "inactive":
+                return
+            self._advance()
+            self.stops += 1
+            self.aborted += len(self._running) + len(self._waiting)
+            self._running.clear()
+            self._waiting.clear()
+            self._unregister()
+            self._state = "inactive"
+
+    def _killed(self, pid: int) -> None:
+        """A hive reset tore the process down: the unit fails (vLLM's engine died)."""
+        with self._lock:
+            if pid != self._pid:
+                return
+            self._advance()
+            self.aborted += len(self._running) + len(self._waiting)
+            self._running.clear()
+            self._waiting.clear()
+            self._pid = None
+            self._state = "failed"
+
+    def _unregister(self) -> None:
+        if self._pid is not None and self._processes is not None:
+            self._processes.remove_process(self._pid)
+        self._pid = None
+
+    # ---- requests ------------------------------------------------------------------------
+    def add_requests(self, count: int, duration_s: float) -> None:
+        """Requests arriving now, each taking ``duration_s`` of clock time once running."""
+        with self._lock:
+            if self.state() != "active":
+                raise ConnectionError(f"{self.name} is not serving")
+            self._advance()
+            now = self._clock.now()
+            for _ in range(count):
+                req = _Request(duration_s, self.tokens_per_s)
+                if len(self._running) < self.max_running:
+                    req.started = now
+                    self._running.append(req)
+                else:
+                    self._waiting.append(req)
+
+    def load(self) -> tuple[int, int]:
+        """(running, waiting) now."""
+        with self._lock:
+            self._advance()
+            return len(self._running), len(self._waiting)
+
+    def generation_tokens(self) -> float:
+        with self._lock:
+            self._advance()
+            now = self._clock.now()
+            partial = sum(r.tokens_per_s * (now - (r.started or now)) for r in self._running)
+            return self._done_tokens + partial
+
+    def _advance(self) -> None:
+        """Finish every request whose time has come, starting queued ones in their place."""
+        now = self._clock.now()
+        while self._running:
+            first = min(self._running, key=lambda r: r.finish_at())
+            at = first.finish_at()
+            if at > now:
+                break
+            self._running.remove(first)
+            self._done_tokens += first.tokens_per_s * first.duration
+            self.completed += 1
+            if self._waiting:
+                nxt = self._waiting.popleft()
+                nxt.started = at
+                self._running.append(nxt)
+
+    # ---- HTTP views ----------------------------------------------------------------------
+    def metrics_text(self) -> str:
+        running, waiting = self.load()
+        labels = f'model_name="{self.model}",engine="0"'
+        tokens = self.generation_tokens()
+        return (
+            "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+            "# TYPE vllm:num_requests_running gauge\n"
+            f"vllm:num_requests_running{{{labels}}} {float(running)}\n"
+            "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
+            "# TYPE vllm:num_requests_waiting gauge\n"
+            f"vllm:num_requests_waiting{{{labels}}} {float(waiting)}\n"
+            "# HELP vllm:generation_tokens_total Number of generation tokens processed.\n"
+            "# TYPE vllm:generation_tokens_total counter\n"
+            f"vllm:generation_tokens_total{{{labels}}} {tokens}\n"
+            "# HELP vllm:request_success_total Count of successfully processed requests.\n"
+            "# TYPE vllm:request_success_total counter\n"
+            f'vllm:request_success_total{{{labels},finished_reason="stop"}} '
+            f"{float(self.completed)}\n"
+            f'vllm:request_success_total{{{labels},finished_reason="abort"}} '
+            f"{float(self.aborted)}\n"
+        )
+
+
+def _handler_for(worker: StandInVllm) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # headers and body go out in two writes
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def _serving(self) -> bool:
+            if worker.state() == "active":
+                return True
+            # not listening (stopped, loading, dead): the client sees the connection drop
+            self.close_connection = True
+            return False
+
+        def _send(self, code: int, body: bytes, ctype: str = "application/json") -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            if not self._serving():
+                return
+            if self.path == "/health":
+                self._send(200, b"")
+            elif self.path == "/v1/models":
+                data = {
+                    "object": "list",
+                    "data": [{"id": worker.model, "object": "model", "owned_by": "vllm"}],
+                }
+                self._send(200, json.dumps(data).encode())
+            elif self.path == "/metrics":
+                self._send(200, worker.metrics_text().encode(), "text/plain; version=0.0.4")
+            else:
+                self._send(404, b'{"error": "not found"}')
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            if not self._serving():
+                return
+            if self.path != "/v1/completions":
+                self._send(404, b'{"error": "not found"}')
+                return
+            try:
+                request = json.loads(body or b"{}")
+            except json.JSONDecodeError:
+                self._send(400, b'{"error": "invalid JSON"}')
+                return
+            if request.get("model") != worker.model:
+                self._send(404, b'{"error": "model not found"}')
+                return
+            reply = {
+                "id": "cmpl-standin",
+                "object": "text_completion",
+                "model": worker.model,
+                "choices": [{"index": 0, "text": " ok", "finish_reason": "length"}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+            }
+            self._send(200, json.dumps(reply).encode())
+
+    return Handler
+
+
+# ---------------------------------------------------------------------------------- the fleet
+class StandInFleet:
+    """Stand-in workers on one node plus their unit/rotation control server and ``systemctl``.
+
+    The control server answers ``POST /units/<unit>/<start|stop|restart>``,
+    ``GET /units/<unit>/is-active`` and ``POST /rotation/<worker>/<out|in>``.
+    """
+
+    def __init__(
+        self, directory: Path, *, clock: Clock, processes: ProcessTable | None = None
+    ) -> None:
+        self.workers: dict[str, StandInVllm] = {}
+        self.rotation_log: list[tuple[str, str]] = []
+        self._clock = clock
+        self._processes = processes
+        self._control = ThreadingHTTPServer(("127.0.0.1", 0), _control_handler(self))
+        self._control.daemon_threads = True
+        threading.Thread(
+            target=self._control.serve_forever, args=(0.05,), name="standin-control", daemon=True
+        ).start()
+        self.bin_dir = Path(directory) / "bin"
+        self.bin_dir.mkdir(parents=True, exist_ok=True)
+        self.systemctl = self.bin_dir / "systemctl"
+        script = (
+            _SYSTEMCTL_SH.format(url=self.control_url, curl=curl)
+            if (curl := shutil.which("curl"))
+            else _SYSTEMCTL.format(python=sys.executable, url=self.control_url)
+        )
+        self.systemctl.write_text(script)
+        self.systemctl.chmod(self.systemctl.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP)
+
+    @property
+    def control_url(self) -> str:
+        host, port = self._control.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def add(self, name: str, gpus: Sequence[int], **kwargs: Any) -> StandInVllm:
+        """A worker whose unit is already started (and, with ``startup_s`` 0, serving)."""
+        kwargs.setdefault("unit", f"vllm@{name}.service")
+        kwargs.setdefault("pid_base", 40_000 + 1_000 * len(self.workers))
+        worker = StandInVllm(name, gpus, clock=self._clock, processes=self._processes, **kwargs)
+        self.workers[name] = worker
+        worker.start_unit()
+        return worker
+
+    def by_unit(self, unit: str) -> StandInVllm | None:
+        for worker in self.workers.values():
+            if worker.unit == unit or worker.unit == f"{unit}.service":
+                return worker
+        return None
+
+    def rotation_urls(self) -> tuple[str, str]:
+        """(out_url, in_url) templates for the rotation hook's HTTP form."""
+        return (
+            f"{self.control_url}/rotation/{{worker}}/out",
+            f"{self.control_url}/rotation/{{worker}}/in",
+        )
+
+    def close(self) -> None:
+        for worker in self.workers.values():
+            worker.close()
+        self._control.shutdown()
+        self._control.server_close()
+
+
+def _control_handler(fleet: StandInFleet) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # headers and body go out in two writes
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def _send(self, code: int, text: str) -> None:
+            body = text.encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _parts(self) -> list[str]:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length:
+                self.rfile.read(length)
+            return [p for p in self.path.split("/") if p]
+
+        def do_GET(self) -> None:
+            parts = self._parts()
+            if len(parts) == 3 and parts[0] == "units" and parts[2] == "is-active":
+                worker = fleet.by_unit(parts[1])
+                self._send(200, worker.state() if worker is not None else "inactive")
+                return
+            self._send(404, "not found")
+
+        def do_POST(self) -> None:
+            parts = self._parts()
+            if len(parts) == 3 and parts[0] == "units":
+                worker = fleet.by_unit(parts[1])
+                if worker is None:
+                    self._send(404, f"Unit {parts[1]} not found.")
+                    return
+                verb = parts[2]
+                if verb in ("stop", "restart"):
+                    worker.stop_unit()
+                if verb in ("start", "restart"):
+                    worker.start_unit()
+                if verb not in ("start", "stop", "restart"):
+                    self._send(400, f"unknown verb {verb}")
+                    return
+                self._send(200, worker.state())
+                return
+            if len(parts) == 3 and parts[0] == "rotation" and parts[2] in ("out", "in"):
+                found = fleet.workers.get(parts[1])
+                if found is None:
+                    self._send(404, f"no worker {parts[1]}")
+                    return
+                found.in_rotation = parts[2] == "in"
+                fleet.rotation_log.append((parts[1], parts[2]))
+                self._send(200, parts[2])
+                return
+            self._send(404, "not found")
+
+    return Handler
+
+
+_SYSTEMCTL_SH = """#!/bin/sh
+# Stand-in systemctl for fleetd tests (curl form: a Python start-up per call is too slow).
+URL="{url}"
+quiet=0; verb=""; unit=""
+for a in "$@"; do
+  case "$a" in
+    -q|--quiet) quiet=1 ;;
+    -*) ;;
+    *) if [ -z "$verb" ]; then verb="$a"; elif [ -z "$unit" ]; then unit="$a";
+       else echo "usage: systemctl start|stop|restart|is-active UNIT" >&2; exit 2; fi ;;
+  esac
+done
+if [ -z "$verb" ] || [ -z "$unit" ]; then
+  echo "usage: systemctl start|stop|restart|is-active UNIT" >&2; exit 2
+fi
+if [ "$verb" = "is-active" ]; then
+  state=$("{curl}" -sS --max-time 10 "$URL/units/$unit/is-active") || exit 1
+  [ "$quiet" = 1 ] || echo "$state"
+  [ "$state" = "active" ] && exit 0
+  exit 3
+fi
+out=$("{curl}" -sS --max-time 10 -X POST -w '\\n%{{http_code}}' "$URL/units/$unit/$verb") || exit 1
+code=$(printf '%s\\n' "$out" | tail -n 1)
+[ "$code" = "200" ] && exit 0
+printf '%s\\n' "$out" | sed '$d' >&2
+exit 5
+"""
+
+_SYSTEMCTL = '''#!{python} -I
+"""Stand-in systemctl for fleetd tests: start/stop/restart/is-active on stand-in vLLM units."""
+import sys
+import urllib.error
+import urllib.request
+
+URL = "{url}"
+args = [a for a in sys.argv[1:] if not a.startswith("-")]
+quiet = "--quiet" in sys.argv or "-q" in sys.argv
+if len(args) != 2:
+    print("usage: systemctl start|stop|restart|is-active UNIT", file=sys.stderr)
+    sys.exit(2)
+verb, unit = args
+method = "GET" if verb == "is-active" else "POST"
+request = urllib.request.Request(f"{{URL}}/units/{{unit}}/{{verb}}", method=method, data=None)
+try:
+    with urllib.request.urlopen(request, timeout=10) as response:
+        state = response.read().decode()
+except urllib.error.HTTPError as exc:
+    print(exc.read().decode() or str(exc), file=sys.stderr)
+    sys.exit(5)
+if verb == "is-active":
+    if not quiet:
+        print(state)
+    sys.exit(0 if state == "active" else 3)
+sys.exit(0)
+'''

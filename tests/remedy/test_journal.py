@@ -1,0 +1,92 @@
+"""The run journal on SQLite and PostgreSQL: runs, events, delivery flags, the pause switch."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from fleetd.remedy import machine as m
+from fleetd.remedy.events import RemediationEvent
+from fleetd.store.db import Database, sqlite_url
+from fleetd.store.journal import PauseState, RunJournal
+
+from .machine_world import NOW, new_run
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    if request.param == "sqlite":
+        url = sqlite_url(tmp_path / "j.db")
+    else:
+        url = request.getfixturevalue("pg_url")
+    database = Database.open(url)
+    try:
+        yield database
+    finally:
+        database.dispose()
+
+
+def event(run: m.Run, seq: int, kind: str = "x") -> RemediationEvent:
+    return RemediationEvent(
+        event_id=f"{run.run_id}:{seq}",
+        node=run.node,
+        kind=kind,
+        message=f"step {seq}",
+        at=NOW + seq,
+        run_id=run.run_id,
+        seq=seq,
+        state=run.state.value,
+        trigger=run.trigger,
+        gpus=run.gpu_indices,
+        evidence=("a", "b"),
+    )
+
+
+def test_runs_and_events_round_trip(db: Database) -> None:
+    journal = RunJournal(db)
+    run, _ = new_run()
+    journal.save(run, [event(run, 1, "run_planned"), event(run, 2, "policy")])
+    assert journal.get(run.run_id) == run
+    assert journal.last_seq(run.run_id) == 2
+    assert journal.active("node-a") == [run] and journal.active("node-b") == []
+    later = replace(run, state=m.RunState.QUARANTINED, holding=True, entered_at=NOW + 9)
+    journal.save(later, [event(later, 3, "quarantined")])
+    assert journal.active("node-a") == [] and journal.holding("node-a") == [later]
+    got = journal.events(run_id=run.run_id)
+    assert [e.kind for e in got] == ["run_planned", "policy", "quarantined"]
+    assert got[0] == event(run, 1, "run_planned")  # every field survives
+    assert journal.runs("node-a", since=NOW - 1) == [later]
+    assert journal.runs("node-a", since=NOW + 1) == []
+
+
+def test_delivery_flags(db: Database) -> None:
+    journal = RunJournal(db)
+    run, _ = new_run()
+    journal.save(run, [event(run, i) for i in (1, 2, 3)])
+    assert [e.seq for e in journal.undelivered("node-a")] == [1, 2, 3]
+    journal.mark_delivered([f"{run.run_id}:1", f"{run.run_id}:2"])
+    assert [e.seq for e in journal.undelivered("node-a")] == [3]
+    journal.append_events([event(run, 4, "further_trigger")])
+    assert journal.last_seq(run.run_id) == 4
+
+
+def test_an_event_id_is_written_once(db: Database) -> None:
+    journal = RunJournal(db)
+    run, _ = new_run()
+    journal.save(run, [event(run, 1)])
+    with pytest.raises(Exception, match=r"(?i)unique|duplicate"):
+        journal.save(run, [event(run, 1)])
+    assert len(journal.events(run_id=run.run_id)) == 1  # the failed write left nothing
+
+
+def test_pause_switch(db: Database) -> None:
+    journal = RunJournal(db)
+    assert journal.pause_state("n") == PauseState(False)
+    journal.set_paused("n", PauseState(True, "alice", "rollout", NOW))
+    assert journal.pause_state("n") == PauseState(True, "alice", "rollout", NOW)
+    journal.set_paused("n", PauseState(False, "alice", "done", NOW + 1))
+    assert not journal.pause_state("n").paused
+    assert not journal.pause_state("other").paused

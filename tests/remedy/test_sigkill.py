@@ -1,0 +1,131 @@
+"""The daemon really killed with SIGKILL mid-run, then started again: the run completes once.
+
+The daemon is a child process (daemon_child.py); the node — simulator, backend, poller,
+stand-in vLLM workers and their systemctl — lives in this process and outlives it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleetd.clock import SystemClock
+from fleetd.collect.amdsmi_backend import AmdSmiBackend
+from fleetd.collect.collectors import default_collectors
+from fleetd.collect.poller import Poller
+from fleetd.remedy import machine as m
+from fleetd.sim import SimNode, SimulatedAmdSmi, build_node
+from fleetd.sim.vllm_worker import StandInFleet
+from fleetd.store.db import Database, sqlite_url
+from fleetd.store.journal import RunJournal
+
+from .remote import BackendServer
+from .rig import NODE
+
+CHILD = Path(__file__).with_name("daemon_child.py")
+
+
+class Node:
+    def __init__(self, tmp: Path) -> None:
+        clock = SystemClock()
+        self.tmp = tmp
+        self.sim: SimNode = build_node("MI355X", seed=5, clock=clock)
+        self.fleet = StandInFleet(tmp / "standin", clock=clock, processes=self.sim)
+        self.fleet.add("gpu3", [3], model="m")
+        self.backend = AmdSmiBackend(SimulatedAmdSmi(self.sim))
+        self.poller = Poller(self.backend, default_collectors(), node=NODE, gpu_timeout=5.0)
+        self.server = BackendServer(self.backend, self.poller)
+        self.db_url = sqlite_url(tmp / "fleetd.db")
+        out_url, in_url = self.fleet.rotation_urls()
+        w = self.fleet.workers["gpu3"]
+        self.config: dict[str, Any] = {
+            "node": {"name": NODE},
+            "state_dir": str(tmp),
+            "vllm": {
+                "workers": [
+                    {"name": "gpu3", "url": w.url, "gpus": [3], "unit": w.unit, "model": "m"}
+                ]
+            },
+            "remediation": {
+                "mode": "on",
+                "drain": {
+                    "balancer_delay": "0.05s",
+                    "poll_interval": "0.02s",
+                    "release_poll_interval": "0.02s",
+                },
+                "verify": {"healthy_polls": 2, "poll_interval": "0.02s"},
+                "readmit": {"poll_interval": "0.02s"},
+                "workers": {
+                    "systemctl": str(self.fleet.systemctl),
+                    "rotation": {"http": {"out_url": out_url, "in_url": in_url}},
+                },
+            },
+        }
+
+    def daemon(self, *, fault: bool, crash: tuple[str, str] | None) -> int:
+        spec = self.tmp / "spec.json"
+        spec.write_text(
+            json.dumps(
+                {
+                    "db_url": self.db_url,
+                    "config": self.config,
+                    "backend_url": self.server.url,
+                    "fault": fault,
+                    "crash": list(crash) if crash else None,
+                }
+            )
+        )
+        env = {**os.environ, "PYTHONPATH": ""}
+        done = subprocess.run([sys.executable, str(CHILD), str(spec)], env=env, timeout=180)
+        return done.returncode
+
+    def close(self) -> None:
+        self.server.close()
+        self.poller.close()
+        self.backend.close()
+        self.fleet.close()
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[Node]:
+    n = Node(tmp_path)
+    try:
+        yield n
+    finally:
+        n.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "crash",
+    [("StopUnit", "after"), ("ResetGpu", "before"), ("ResetGpu", "after"), ("StartUnit", "after")],
+    ids=lambda c: "-".join(c),
+)
+def test_sigkill_mid_run_then_restart_completes_once(node: Node, crash: tuple[str, str]) -> None:
+    node.sim.inject(3, "ecc_uncorrectable")
+    assert node.daemon(fault=True, crash=crash) == -signal.SIGKILL
+    assert node.daemon(fault=False, crash=None) == 0
+
+    db = Database.open(node.db_url)
+    try:
+        journal = RunJournal(db)
+        [run] = journal.runs(NODE)
+        events = journal.events(run_id=run.run_id)
+        assert journal.undelivered(NODE) == []  # every journaled event was handed out
+    finally:
+        db.dispose()
+    assert run.state is m.RunState.DONE, run.outcome
+    assert run.resumed == 1
+    assert node.sim.reset_count() == (0 if crash == ("ResetGpu", "before") else 1)
+    assert [e.kind for e in events].count("reset_intent") == 1
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    worker = node.fleet.workers["gpu3"]
+    assert worker.state() == "active" and worker.in_rotation

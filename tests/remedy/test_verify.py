@@ -1,0 +1,72 @@
+"""Verification reads a Snapshot: missing is never healthy."""
+
+from __future__ import annotations
+
+from fleetd.model import Reading, Snapshot, make_labels
+from fleetd.remedy import verify
+
+NOW = 1_767_225_600.0
+
+
+def r(metric: str, gpu: int, value: float | None, **labels: str) -> Reading:
+    return Reading(metric, make_labels({"gpu": gpu, "uuid": f"u{gpu}", **labels}), value, NOW)
+
+
+def healthy(gpu: int, ue: float = 0.0) -> list[Reading]:
+    return [
+        r(verify.UP, gpu, 1),
+        r(verify.PCIE_WIDTH, gpu, 16),
+        r(verify.PCIE_MAX_WIDTH, gpu, 16),
+        r(verify.PCIE_SPEED, gpu, 32),
+        r(verify.PCIE_MAX_SPEED, gpu, 32),
+        r(verify.XGMI_UP, gpu, 1, link="0"),
+        r(verify.XGMI_UP, gpu, 1, link="1"),
+        r(verify.ECC, gpu, ue, type="uncorrectable"),
+        r(verify.ECC, gpu, 99, type="correctable"),
+    ]
+
+
+def snap(readings: list[Reading]) -> Snapshot:
+    return Snapshot(node="n", ts=NOW, gpus=(), readings=tuple(readings))
+
+
+def test_healthy_units_pass_and_report_ue_counts() -> None:
+    result = verify.assess(snap(healthy(0) + healthy(1, ue=4)), [0, 1])
+    assert result.problems == () and result.ue_counts == ((0, 0.0), (1, 4.0))
+
+
+def test_each_kind_of_problem() -> None:
+    readings = healthy(0) + healthy(1) + healthy(2) + healthy(3)
+    readings = [x for x in readings if not (x.metric == verify.UP and ("gpu", "3") in x.labels)]
+    readings = [
+        r(verify.PCIE_WIDTH, 0, 8)
+        if x.metric == verify.PCIE_WIDTH and ("gpu", "0") in x.labels
+        else x
+        for x in readings
+    ]
+    readings = [
+        r(verify.XGMI_UP, 1, 0, link="1")
+        if x.metric == verify.XGMI_UP and ("gpu", "1") in x.labels and ("link", "1") in x.labels
+        else x
+        for x in readings
+    ]
+    readings = [
+        r(verify.PCIE_SPEED, 2, None)
+        if x.metric == verify.PCIE_SPEED and ("gpu", "2") in x.labels
+        else x
+        for x in readings
+    ]
+    result = verify.assess(snap([*readings, r(verify.UP, 4, 0)]), [0, 1, 2, 3, 4])
+    assert result.problems == (
+        "GPU 0: PCIe width 8 lanes, below max 16",
+        "GPU 1: XGMI link 1 down",
+        "GPU 2: PCIe speed missing",
+        "GPU 3: not reported",
+        "GPU 4: down",
+    )
+
+
+def test_gpus_outside_the_unit_are_ignored_and_absent_links_are_not_checked() -> None:
+    readings = [r(verify.UP, 0, 1), r(verify.UP, 1, 0)]
+    result = verify.assess(snap(readings), [0])
+    assert result.problems == () and result.ue_counts == ()

@@ -1,0 +1,249 @@
+"""Worker adapters against real things: stand-in vLLM over HTTP, the stand-in systemctl,
+rotation hooks as commands and as HTTP calls (pytest-httpserver), user command scripts."""
+
+from __future__ import annotations
+
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import requests
+from pytest_httpserver import HTTPServer
+
+from fleetd.clock import FakeClock
+from fleetd.config import VllmWorkerConfig
+from fleetd.configbase import Secret
+from fleetd.errors import RemedyError
+from fleetd.remedy.commands import run_command
+from fleetd.remedy.config import (
+    HttpHookConfig,
+    ReadmitConfig,
+    RotationConfig,
+    WorkerCommandsConfig,
+    WorkersConfig,
+)
+from fleetd.remedy.workers import CommandWorkers, SystemdWorkers
+from fleetd.remedy.workers.base import read_load
+from fleetd.sim import build_node
+from fleetd.sim.vllm_worker import StandInFleet, StandInVllm
+
+from .rig import path_with
+
+
+@pytest.fixture
+def fleet(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[StandInFleet]:
+    sim = build_node("MI300X", seed=1, clock=clock)
+    f = StandInFleet(tmp_path, clock=clock, processes=sim)
+    f.add("w0", [0], model="m-70b", startup_s=30.0)
+    clock.advance(30)
+    monkeypatch.setenv("PATH", path_with(f.bin_dir))
+    f.sim = sim  # type: ignore[attr-defined]
+    try:
+        yield f
+    finally:
+        f.close()
+
+
+def cfg_of(w: StandInVllm, **extra: object) -> VllmWorkerConfig:
+    return VllmWorkerConfig(
+        name=w.name, url=w.url, gpus=list(w.gpus), unit=w.unit, model=w.model, **extra
+    )
+
+
+def script(path: Path, body: str) -> str:
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+def test_systemd_worker_full_cycle(fleet: StandInFleet, clock: FakeClock) -> None:
+    w = fleet.workers["w0"]
+    out_url, in_url = fleet.rotation_urls()
+    rotation = RotationConfig(http=HttpHookConfig(out_url=out_url, in_url=in_url))
+    adapter = SystemdWorkers(
+        WorkersConfig(rotation=rotation), ReadmitConfig(completion_check=True), node="n1"
+    )
+    cfg = cfg_of(w)
+    w.add_requests(10, duration_s=5.0)  # 8 run, 2 wait
+    load = adapter.load(cfg)
+    assert (load.running, load.waiting) == (8, 2) and not load.idle
+    adapter.unroute(cfg)
+    assert fleet.rotation_log == [("w0", "out")] and not w.in_rotation
+    clock.advance(10)
+    assert adapter.load(cfg).idle
+    assert fleet.sim.processes(0)  # type: ignore[attr-defined]
+    adapter.stop(cfg)
+    assert w.state() == "inactive" and adapter.unit_state(cfg) == "inactive"
+    assert fleet.sim.processes(0) == []  # type: ignore[attr-defined]  # released the GPU
+    with pytest.raises(RemedyError):
+        adapter.load(cfg)  # nothing listens
+    adapter.start(cfg)
+    ready = adapter.ready(cfg)
+    assert not ready.ready and "ConnectionError" in ready.detail  # still loading the model
+    clock.advance(30)
+    ready = adapter.ready(cfg)
+    assert ready.ready and ready.detail == "serving m-70b"
+    adapter.reroute(cfg)
+    assert w.in_rotation and w.stops == 1 and w.starts == 2 and w.aborted == 0
+
+
+def test_systemd_worker_wrong_model_and_missing_unit(fleet: StandInFleet) -> None:
+    w = fleet.workers["w0"]
+    adapter = SystemdWorkers(WorkersConfig(), ReadmitConfig(), node="n1")
+    wrong = cfg_of(w).model_copy(update={"model": "other-model"})
+    ready = adapter.ready(wrong)
+    assert not ready.ready and "model other-model not listed (m-70b)" in ready.detail
+    with pytest.raises(RemedyError, match="no systemd unit"):
+        adapter.stop(cfg_of(w).model_copy(update={"unit": None}))
+    with pytest.raises(RemedyError, match=r"exited 5: Unit nope\.service not found"):
+        adapter.stop(cfg_of(w).model_copy(update={"unit": "nope.service"}))
+    adapter.unroute(cfg_of(w))  # no rotation hook configured: nothing to do
+    assert fleet.rotation_log == []
+
+
+def test_stop_that_does_not_stop_is_an_error(fleet: StandInFleet, tmp_path: Path) -> None:
+    fake = script(tmp_path / "sysctl", 'if [ "$1" = is-active ]; then echo deactivating; fi\n')
+    adapter = SystemdWorkers(WorkersConfig(systemctl=fake), ReadmitConfig(), node="n1")
+    with pytest.raises(RemedyError, match="still deactivating after systemctl stop"):
+        adapter.stop(cfg_of(fleet.workers["w0"]))
+
+
+def test_rotation_commands_get_placeholders(fleet: StandInFleet, tmp_path: Path) -> None:
+    log = tmp_path / "lb.log"
+    out = script(tmp_path / "out", f'echo "out $1 $2" >> {log}\n')
+    back = script(tmp_path / "in", f'echo "in $1 $2" >> {log}\n')
+    rotation = RotationConfig(
+        out_command=[out, "{worker}", "{node}"], in_command=[back, "{url}", "{gpus}"]
+    )
+    adapter = SystemdWorkers(WorkersConfig(rotation=rotation), ReadmitConfig(), node="n1")
+    cfg = cfg_of(fleet.workers["w0"])
+    adapter.unroute(cfg)
+    adapter.reroute(cfg)
+    assert log.read_text().splitlines() == ["out w0 n1", f"in {cfg.url} 0"]
+
+
+def test_http_rotation_hook_sends_token_and_body(
+    fleet: StandInFleet, httpserver: HTTPServer
+) -> None:
+    httpserver.expect_ordered_request(
+        "/servers/w0",
+        method="PUT",
+        headers={"Authorization": "Bearer s3cret"},
+        json={"state": "drain", "node": "n1"},
+    ).respond_with_data("ok")
+    httpserver.expect_ordered_request(
+        "/servers/w0", method="PUT", json={"state": "ready"}
+    ).respond_with_data("nope", status=409)
+    hook = HttpHookConfig(
+        out_url=httpserver.url_for("/servers/{worker}"),
+        in_url=httpserver.url_for("/servers/{worker}"),
+        method="PUT",
+        out_body='{"state": "drain", "node": "{node}"}',
+        in_body='{"state": "ready"}',
+        token=Secret("s3cret"),
+    )
+    adapter = SystemdWorkers(
+        WorkersConfig(rotation=RotationConfig(http=hook)), ReadmitConfig(), node="n1"
+    )
+    cfg = cfg_of(fleet.workers["w0"])
+    adapter.unroute(cfg)
+    with pytest.raises(RemedyError) as info:
+        adapter.reroute(cfg)
+    assert "HTTP 409" in str(info.value) and "s3cret" not in str(info.value)
+    httpserver.check_assertions()
+
+
+def test_command_adapter(tmp_path: Path, fleet: StandInFleet) -> None:
+    state = tmp_path / "state"
+    state.write_text("3")
+    commands = WorkerCommandsConfig(
+        drain=[script(tmp_path / "drain", f"echo drained-$1 > {tmp_path}/drained\n"), "{worker}"],
+        undrain=[script(tmp_path / "undrain", f"rm -f {tmp_path}/drained\n")],
+        status=[script(tmp_path / "status", f"cat {state}\n")],
+        ready=[
+            script(
+                tmp_path / "ready",
+                f'test -f {tmp_path}/up || {{ echo "job pending" >&2; exit 1; }}\n',
+            )
+        ],
+        stop=[script(tmp_path / "stop", f"rm -f {tmp_path}/up\n")],
+        start=[script(tmp_path / "start", f"touch {tmp_path}/up\n")],
+    )
+    adapter = CommandWorkers(
+        WorkersConfig(adapter="command", commands=commands), ReadmitConfig(), node="n1"
+    )
+    cfg = cfg_of(fleet.workers["w0"])
+    adapter.unroute(cfg)
+    assert (tmp_path / "drained").read_text() == "drained-w0\n"
+    assert adapter.load(cfg).running == 3
+    state.write_text("0 jobs\n")
+    assert adapter.load(cfg).idle
+    state.write_text("busy")
+    with pytest.raises(RemedyError, match="printed 'busy', not a number"):
+        adapter.load(cfg)
+    adapter.stop(cfg)
+    ready = adapter.ready(cfg)
+    assert not ready.ready and "exited 1 job pending" in ready.detail
+    adapter.start(cfg)
+    assert adapter.ready(cfg).ready
+    adapter.reroute(cfg)
+    assert not (tmp_path / "drained").exists()
+
+
+def test_command_adapter_without_ready_command_checks_vllm(
+    tmp_path: Path, fleet: StandInFleet
+) -> None:
+    noop = script(tmp_path / "noop", "echo 0\n")
+    commands = WorkerCommandsConfig(drain=[noop], undrain=[noop], status=[noop])
+    adapter = CommandWorkers(
+        WorkersConfig(adapter="command", commands=commands), ReadmitConfig(), node="n1"
+    )
+    assert adapter.ready(cfg_of(fleet.workers["w0"])).ready
+
+
+def test_read_load_needs_both_gauges(httpserver: HTTPServer) -> None:
+    httpserver.expect_request("/metrics").respond_with_data(
+        'vllm:num_requests_running{model_name="m",engine="0"} 1.0\n'
+        'vllm:num_requests_running{model_name="m",engine="1"} 2.0\n'
+    )
+    cfg = VllmWorkerConfig(name="w", url=httpserver.url_for(""), gpus=[0])
+    with pytest.raises(RemedyError, match="vllm:num_requests_waiting not exported"):
+        read_load(requests.Session(), cfg, 2.0)
+
+
+def test_read_load_sums_engines(httpserver: HTTPServer) -> None:
+    httpserver.expect_request("/metrics").respond_with_data(
+        'vllm:num_requests_running{model_name="m",engine="0"} 1.0\n'
+        'vllm:num_requests_running{model_name="m",engine="1"} 2.0\n'
+        'vllm:num_requests_waiting{model_name="m",engine="0"} 4.0\n'
+    )
+    cfg = VllmWorkerConfig(name="w", url=httpserver.url_for(""), gpus=[0])
+    load = read_load(requests.Session(), cfg, 2.0)
+    assert (load.running, load.waiting) == (3.0, 4.0)
+
+
+def test_run_command_timeout_kills_the_whole_group(tmp_path: Path) -> None:
+    pidfile = tmp_path / "child.pid"
+    slow = script(tmp_path / "slow", f"sleep 30 & echo $! > {pidfile}; wait\n")
+    with pytest.raises(RemedyError, match=r"timed out after 0\.3s"):
+        run_command([slow], timeout=0.3)
+    child = int(pidfile.read_text())
+    try:  # the grandchild got SIGKILL with its group; the kernel may take a moment to end it
+        _, alive = psutil.wait_procs([psutil.Process(child)], timeout=5)
+        survivors = [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+    except psutil.NoSuchProcess:
+        return
+    assert not survivors, f"sleep {child} survived the timeout"
+
+
+def test_run_command_failures_are_clear(tmp_path: Path) -> None:
+    bad = script(tmp_path / "bad", "echo 'no such backend' >&2; exit 4\n")
+    with pytest.raises(RemedyError, match="exited 4: no such backend"):
+        run_command([bad, "x"], timeout=5)
+    with pytest.raises(RemedyError, match="cannot run /nonexistent/tool"):
+        run_command(["/nonexistent/tool"], timeout=5)
+    assert run_command([bad], timeout=5, check=False).returncode == 4
