@@ -51,8 +51,8 @@ NOT_ON_DASHBOARDS = {
     "process_open_fds": "fleetd holds a handful of files; not worth a panel",
     "process_max_fds": "only meaningful beside process_open_fds",
 }
-# Catalog groups every metric of which must be on a dashboard (or listed above). Groups other
-# branches add later join this list when their panels are built.
+# Catalog groups every metric of which must be on a dashboard (or listed above). A group added
+# to the catalog later joins this list when its panels are built.
 COVERED_GROUPS = (
     "GPU_METRICS",
     "VLLM_METRICS",
@@ -60,6 +60,7 @@ COVERED_GROUPS = (
     "RULE_METRICS",
     "ALERT_METRICS",
     "STORE_METRICS",
+    "REMEDIATION_METRICS",
 )
 
 
