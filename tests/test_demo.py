@@ -60,8 +60,14 @@ def test_the_uncorrectable_error_is_remediated_end_to_end(
     assert "remediation done" in text and "RESOLVED critical GpuEccUncorrectableError" in text
     # every step in order: drain the hive, reset once, verify, re-admit
     order = [
-        "run_planned", "draining", "drained_gracefully", "stopping", "reset_intent",
-        "verified", "readmitting", "done",
+        "run_planned",
+        "draining",
+        "drained_gracefully",
+        "stopping",
+        "reset_intent",
+        "verified",
+        "readmitting",
+        "done",
     ]
     positions = [text.index(f"remediation {step}") for step in order]
     assert positions == sorted(positions)

@@ -46,9 +46,9 @@ class LineSink(io.StringIO):
 @click.option(
     "--speed",
     type=click.FloatRange(0.1, 50),
-    default=1.0,
+    default=4.0,
     show_default=True,
-    help="Play the scenario this many times faster than real time.",
+    help="Play the scenario this many times faster than real time (1 = real time).",
 )
 @click.option(
     "--port",
