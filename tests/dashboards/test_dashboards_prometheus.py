@@ -404,3 +404,62 @@ def test_an_empty_or_failing_query_is_caught(
         assert failed == [] and len(empty) == 1
     else:
         assert len(failed) == 1 and failure in failed[0] and empty == []
+
+
+def _label_names(base: str, promql: str, recording: Recording) -> set[frozenset[str]]:
+    end = recording.scrapes[-1][0]
+    body = requests.get(
+        f"{base}/api/v1/query", params={"query": promql, "time": f"{end:.3f}"}, timeout=30
+    ).json()
+    # the metric name is a column too: rows of different metrics never merge
+    return {
+        frozenset(f"{k}={v}" if k == "__name__" else k for k, v in series["metric"].items())
+        for series in body["data"]["result"]
+    }
+
+
+def _merged_tables() -> list[tuple[str, dict[str, Any]]]:
+    tables = []
+    for dashboard in load_dashboards(DASHBOARD_DIR).values():
+        for panel in all_panels(dashboard):
+            merges = any(t.get("id") == "merge" for t in panel.get("transformations") or [])
+            if panel.get("type") == "table" and merges and len(panel["targets"]) > 1:
+                tables.append((dashboard["uid"], panel))
+    return tables
+
+
+def _table_problems(uid: str, panel: dict[str, Any], base: str, rec: Recording) -> list[str]:
+    """Grafana's merge joins rows on equal label columns: every query needs the same ones."""
+    shapes = {}
+    for target in panel["targets"]:
+        query = _make(uid, panel["title"], target["refId"], target["expr"], True, "")
+        shapes[target["refId"]] = _label_names(base, query.promql, rec)
+    distinct = {shape for names in shapes.values() for shape in names}
+    if len(distinct) <= 1:
+        return []
+    return [f"{uid}: table {panel['title']!r}: label columns differ between queries: {shapes}"]
+
+
+def test_tables_merge_queries_with_the_same_label_columns(
+    prometheus: str, recording: Recording
+) -> None:
+    tables = _merged_tables()
+    assert len(tables) >= 4
+    problems = [
+        p for uid, panel in tables for p in _table_problems(uid, panel, prometheus, recording)
+    ]
+    assert problems == []
+
+
+def test_a_table_whose_queries_do_not_merge_is_caught(
+    prometheus: str, recording: Recording
+) -> None:
+    panel = {
+        "title": "PCIe",
+        "targets": [
+            {"refId": "A", "expr": 'fleetd_gpu_pcie_link_width_lanes{instance=~"$node"}'},
+            {"refId": "B", "expr": 'fleetd_gpu_pcie_link_max_width_lanes{instance=~"$node"}'},
+        ],
+    }
+    (problem,) = _table_problems("fleetd-node-detail", panel, prometheus, recording)
+    assert "label columns differ" in problem  # __name__ differs: Grafana cannot merge the rows
