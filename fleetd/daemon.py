@@ -54,6 +54,7 @@ from fleetd.rules.state import StateChanges
 from fleetd.sdnotify import Notifier, watchdog_interval
 from fleetd.sim import ScenarioRunner, SimNode, SimulatedAmdSmi, build_node, load_scenario
 from fleetd.store.alert_state import AlertStateStore
+from fleetd.store.functions import at_ms
 from fleetd.store.hybrid import HybridQuery, warm_memory
 from fleetd.store.memory import MemoryWindow
 from fleetd.store.metrics import store_readings
@@ -150,6 +151,8 @@ class Daemon:
         self._last_rediscover = 0.0
         self.last_snapshot: Snapshot | None = None
         self._unsaved: list[StateChanges] = []
+        self._to_notify: list[Transition] = []
+        self._to_remediate: list[Transition] = []
 
         if backend is None:
             backend, sim = open_backend(config, clock)
@@ -197,7 +200,7 @@ class Daemon:
     # ------------------------------------------------------------------------------ start / stop
     def start(self) -> None:
         """Open storage, restore state, serve HTTP, run the first poll, start the jobs."""
-        now = self.clock.now()
+        now = self.now()
         self.notifier.status("starting")
         self.store.open(now)
         db = self.store.db
@@ -288,11 +291,15 @@ class Daemon:
             self.exporter.record_missed_poll()
             log.warning("poll_overrun", detail="previous poll still running; this one skipped")
 
-    def run_until_stopped(self) -> None:
-        """Serve until SIGTERM/SIGINT; SIGHUP reloads the config. Main thread only."""
+    def install_signal_handlers(self) -> None:
+        """SIGTERM/SIGINT stop, SIGHUP reloads. Call before ``start``: systemd may signal as
+        soon as READY=1 is out, and SIGHUP's default action would kill the process."""
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGHUP, self._on_signal)
+
+    def run_until_stopped(self) -> None:
+        """Serve until a stop is requested, handling reload requests. Main thread only."""
         while not self._stop.is_set():
             self._stop.wait(0.5)
             if self._reload_requested.is_set():
@@ -326,9 +333,13 @@ class Daemon:
         log.info("fleetd_stopped")
 
     # ------------------------------------------------------------------------------ the jobs
+    def now(self) -> float:
+        """The clock on the millisecond grid stored timestamps use (see store.functions)."""
+        return at_ms(self.clock.now())
+
     def tick(self) -> None:
         """One poll → rules → alerts and remediation → store (one transaction)."""
-        now = self.clock.now()
+        now = self.now()
         if self.sim is not None and self.sim.runner is not None:
             for line in self.sim.runner.advance(now):
                 log.info("scenario_step", step=line)
@@ -341,15 +352,38 @@ class Daemon:
         transitions = self.engine.evaluate(self.query, now)
         # the outbox first: if we die before the state is saved, the restored engine sees the
         # transition again and the dispatcher (which already has it) does not send it twice
-        self.dispatcher.submit(transitions, now)
+        self._hand_off(transitions, now)
         self._persist_alert_state()
-        if self.remediation is not None:
-            self.remediation.handle(transitions, now)
         derived = self._publish_self_metrics(now)
         self.store.append([*snapshot.readings, *derived], now=now)
         self._report_progress(snapshot)
         if self.on_tick is not None:
             self.on_tick(self, snapshot, transitions)
+
+    def _hand_off(self, transitions: list[Transition], now: float) -> None:
+        """Give transitions to the outbox and to remediation, both of which write the
+        database before they act. While it cannot be written (locked, disk full) they wait
+        here in memory, in order, and go out once it can: none is lost or reordered."""
+        assert self.dispatcher is not None
+        self._to_notify.extend(transitions)
+        self._to_remediate.extend(transitions)
+        try:
+            if self._to_notify:
+                self.dispatcher.submit(self._to_notify, now)
+                self._to_notify.clear()
+        except Exception as exc:
+            log.warning("alert_submit_deferred", pending=len(self._to_notify), error=repr(exc))
+        if self.remediation is None:
+            self._to_remediate.clear()
+            return
+        try:
+            if self._to_remediate:
+                self.remediation.handle(self._to_remediate, now)
+                self._to_remediate.clear()
+        except Exception as exc:
+            log.warning(
+                "remediation_handoff_deferred", pending=len(self._to_remediate), error=repr(exc)
+            )
 
     def _persist_alert_state(self) -> None:
         """Save alert state; on a storage error keep it and save it with the next tick's."""
@@ -371,10 +405,21 @@ class Daemon:
         self.exporter.update_group("rules", health)
         self.exporter.update_group("store", storage)
         if self.dispatcher is not None:
-            self.exporter.update_group("alerts", self.dispatcher.metrics(now))
+            self._update_group_from("alerts", self.dispatcher.metrics, now)
         if self.remediation is not None:
-            self.exporter.update_group("remediation", self.remediation.metrics(now))
+            self._update_group_from("remediation", self.remediation.metrics, now)
         return health
+
+    def _update_group_from(
+        self, group: str, read: Callable[[float], list[Reading]], now: float
+    ) -> None:
+        """Export what ``read`` returns; while it cannot read the database, keep the last."""
+        try:
+            readings = read(now)
+        except Exception as exc:
+            log.warning("self_metrics_stale", group=group, error=repr(exc))
+            return
+        self.exporter.update_group(group, readings)
 
     def _report_progress(self, snapshot: Snapshot) -> None:
         summary = self.status_line(snapshot)
@@ -402,15 +447,29 @@ class Daemon:
         return "; ".join(parts)
 
     def deliver(self) -> None:
-        if self.dispatcher is not None:
-            self.dispatcher.tick(self.clock.now())
+        """Flush due alert groups and deliver the outbox (waits while storage is down)."""
+        if self.dispatcher is None:
+            return
+        try:
+            self.dispatcher.tick(self.now())
+        except Exception as exc:
+            if not self.store.health().degraded:
+                raise
+            log.warning("alert_delivery_waiting_for_storage", error=repr(exc))
 
     def remediate(self) -> None:
-        if self.remediation is not None:
-            self.remediation.tick(self.clock.now())
+        """Advance remediation runs; a run never acts without its journal, so it waits too."""
+        if self.remediation is None:
+            return
+        try:
+            self.remediation.tick(self.now())
+        except Exception as exc:
+            if not self.store.health().degraded:
+                raise
+            log.warning("remediation_waiting_for_storage", error=repr(exc))
 
     def maintain(self) -> None:
-        now = self.clock.now()
+        now = self.now()
         self.store.maintenance(now)
         if now - self._last_rediscover >= REDISCOVER_INTERVAL_S and not all(
             self.backend.present(g.index) for g in self.backend.gpus()
@@ -422,7 +481,7 @@ class Daemon:
     def scrape_vllm(self) -> None:
         if self.vllm is None:
             return
-        now = self.clock.now()
+        now = self.now()
         scrape = self.vllm.scrape(now)
         self.memory.append(scrape.readings)
         self.store.append(scrape.readings, now=now)
@@ -453,7 +512,7 @@ class Daemon:
                 [Problem("<built-in config>", None, None, "", "no config file to reload")]
             )
         self.notifier.reloading()
-        now = self.clock.now()
+        now = self.now()
         try:
             new = load_config(self.config_path)
             rules = load_rules(new.rules)
@@ -508,7 +567,8 @@ class Daemon:
             events=self.store,
             query=self.query,
             remedy=self.remediation,
-            reload=self.reload_or_raise,
+            # a built-in config (demo, --simulate without a file) has nothing to reload
+            reload=self.reload_or_raise if self.config_path is not None else None,
             config=self.config.api,
         )
         build_api_router(
@@ -536,7 +596,7 @@ class Daemon:
 
     def beat(self) -> None:
         if self.heartbeat is not None:
-            self.heartbeat.beat(self.clock.now())
+            self.heartbeat.beat(self.now())
 
     def _metrics(self, _request: Request) -> Response:
         return Response(200, self.exporter.render(), "text/plain; version=0.0.4; charset=utf-8")
@@ -544,7 +604,7 @@ class Daemon:
     def _healthz(self, _request: Request) -> Response:
         """200 while polls keep coming; 503 before the first and when they stopped."""
         snapshot = self.last_snapshot
-        now = self.clock.now()
+        now = self.now()
         if snapshot is None:
             return Response.json({"status": "starting"}, 503)
         age = now - snapshot.ts

@@ -66,6 +66,7 @@ def run(config_path: Path | None, simulate: str | None, log_format: str | None) 
     except BackendError as exc:
         click.echo(f"fleetd: {exc}", err=True)
         sys.exit(2)
+    daemon.install_signal_handlers()
     try:
         daemon.start()
         daemon.run_until_stopped()

@@ -78,9 +78,14 @@ class XgmiLinkDown(StrictModel):
 
 
 class PowerExcursion(StrictModel):
-    """The workload asks for more power than the cap: power pins at the cap, PPT throttles."""
+    """The workload asks for more power than the cap: power pins at the cap, PPT throttles.
+
+    ``cap_overshoot`` models firmware that fails to hold the cap (a fraction above it, e.g.
+    0.1 lets power reach 110 % of the cap): what GpuPowerAboveCap is there to catch.
+    """
 
     demand_w: float | None = Field(None, gt=0)
+    cap_overshoot: float = Field(0.0, ge=0, le=0.5)
 
 
 class HungCall(StrictModel):

@@ -256,7 +256,7 @@ class SimNode:
         spec = gpu.spec
         faults = self.active_faults(gpu.index)
         demand = self._demand(gpu, faults)
-        p_target = min(demand, float(spec.power_cap_w))
+        p_target = min(demand, self._power_limit(gpu, faults))
         hot_t, hbm_t, vr_t, edge_t = self._temperature_targets(gpu, p_target, faults)
         # energy and power (first order, exact)
         gpu.energy_j += physics.relax_integral(gpu.power_w, p_target, TAU_POWER, dt)
@@ -330,6 +330,18 @@ class SimNode:
                 wanted = fault.params.demand_w or 1.12 * spec.power_cap_w
                 demand = max(demand, wanted)
         return demand
+
+    def power_limit_w(self, gpu: SimGpu) -> float:
+        """The power the firmware holds this GPU to right now (its cap, unless it fails)."""
+        return self._power_limit(gpu, self.active_faults(gpu.index))
+
+    def _power_limit(self, gpu: SimGpu, faults: Iterable[Fault]) -> float:
+        """The cap the firmware holds power to (above it only when it fails to)."""
+        overshoot = max(
+            (f.params.cap_overshoot for f in faults if isinstance(f.params, PowerExcursion)),
+            default=0.0,
+        )
+        return float(gpu.spec.power_cap_w) * (1.0 + overshoot)
 
     def _temperature_targets(
         self, gpu: SimGpu, p_target: float, faults: Iterable[Fault]

@@ -295,7 +295,7 @@ class RawLibrary:
 
     def _power_now(self, gpu: SimGpu) -> int:
         jitter = 1.0 + 0.01 * noise(self.node.seed, gpu.index, _CH_POWER, self.node.now)
-        return min(round(gpu.power_w * jitter), gpu.spec.power_cap_w)
+        return min(round(gpu.power_w * jitter), round(self.node.power_limit_w(gpu)))
 
     def amdsmi_get_power_info(self, processor_handle: int) -> r.PowerInfo:
         func = "amdsmi_get_power_info"

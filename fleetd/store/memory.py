@@ -209,6 +209,7 @@ class MemoryWindow:
         now: float,
         max_age: float | None = None,
     ) -> dict[SeriesKey, Sample]:
+        now = functions.at_ms(now)  # stored times are whole milliseconds, rounded
         with self._lock:
             oldest = None if max_age is None else now - max_age
             out: dict[SeriesKey, Sample] = {}
@@ -232,6 +233,7 @@ class MemoryWindow:
         window: float,
         now: float,
     ) -> dict[SeriesKey, float]:
+        now = functions.at_ms(now)
         with self._lock:
             start = now - window
             out: dict[SeriesKey, float] = {}

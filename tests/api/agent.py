@@ -1,13 +1,10 @@
 """A real fleetd agent on loopback, running on the simulator, for API and fleetctl tests.
 
-Everything is the real component — the amdsmi backend over ``fleetd.sim``, the poller and
-its collectors, the storage handle (SQLite file), the memory window and the hybrid query,
-the rule engine with the shipped rules, the alert dispatcher, remediation (dry-run by
-default, no vLLM workers), the event log and the HTTP server — except the GPUs (simulated)
-and time (a FakeClock the test advances). ``tick`` is one pass of the daemon's loop: poll,
-store, evaluate, remediate, dispatch.
-
-When the lead's ``fleetd.daemon`` lands on main, this helper builds the agent through it.
+It is the daemon itself (``fleetd.daemon.Daemon``) with its jobs not scheduled: the amdsmi
+backend over ``fleetd.sim``, the poller, the store (a SQLite file), the memory window, the
+rules, the alert dispatcher, remediation (dry-run by default), the event log and the HTTP
+server are all real; only the GPUs (simulated) and time (a FakeClock the test advances) are
+not. ``tick`` is one pass of the daemon's loop plus its remediation and delivery jobs.
 """
 
 from __future__ import annotations
@@ -15,30 +12,20 @@ from __future__ import annotations
 import io
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from fleetd.alert.config import AlertingConfig
 from fleetd.alert.dispatch import Dispatcher
-from fleetd.api.config import ApiConfig
-from fleetd.api.routes import build_api_router
 from fleetd.api.server import HttpServer, Request, Response, Router
 from fleetd.api.services import ApiServices
 from fleetd.clock import FakeClock
 from fleetd.collect.amdsmi_backend import AmdSmiBackend
-from fleetd.collect.collectors import default_collectors
-from fleetd.collect.poller import Poller
 from fleetd.config import FleetdConfig
-from fleetd.configbase import Secret
-from fleetd.model import Snapshot
-from fleetd.remedy.notify import EventLogSink
+from fleetd.daemon import Daemon, SimContext
 from fleetd.remedy.service import Remediation
-from fleetd.remedy.wiring import build_remediation
-from fleetd.rules.config import RulesConfig, engine_settings, load_rules
 from fleetd.rules.engine import RuleEngine
 from fleetd.sim import SimNode, SimulatedAmdSmi, build_node
-from fleetd.store.config import StoreConfig
-from fleetd.store.hybrid import HybridQuery
 from fleetd.store.memory import MemoryWindow
 from fleetd.store.resilient import ResilientStore
 
@@ -64,16 +51,6 @@ class SlowRouter(Router):
         self._released.set()
 
 
-class Latest:
-    """The newest snapshot, as the daemon's loop leaves it for the API."""
-
-    def __init__(self) -> None:
-        self.snapshot: Snapshot | None = None
-
-    def get(self) -> Snapshot | None:
-        return self.snapshot
-
-
 @dataclass
 class Agent:
     """One running agent; ``url`` is where it answers."""
@@ -81,17 +58,9 @@ class Agent:
     name: str
     clock: FakeClock
     sim: SimNode
-    poller: Poller
-    store: ResilientStore
-    memory: MemoryWindow
-    engine: RuleEngine
-    dispatcher: Dispatcher
-    remedy: Remediation | None
-    services: ApiServices
+    daemon: Daemon
     server: HttpServer
-    latest: Latest = field(default_factory=Latest)
     slow: SlowRouter | None = None
-
     tls: bool = False
 
     @property
@@ -103,30 +72,45 @@ class Agent:
     def address(self) -> str:
         return f"127.0.0.1:{self.server.port}"
 
+    @property
+    def engine(self) -> RuleEngine:
+        return self.daemon.engine
+
+    @property
+    def dispatcher(self) -> Dispatcher:
+        assert self.daemon.dispatcher is not None
+        return self.daemon.dispatcher
+
+    @property
+    def remedy(self) -> Remediation | None:
+        return self.daemon.remediation
+
+    @property
+    def store(self) -> ResilientStore:
+        return self.daemon.store
+
+    @property
+    def memory(self) -> MemoryWindow:
+        return self.daemon.memory
+
+    @property
+    def services(self) -> ApiServices:
+        return self.daemon.services
+
     def tick(self, polls: int = 1) -> None:
         """``polls`` passes of the daemon's loop, ``POLL_INTERVAL`` apart on the fake clock."""
         for i in range(polls):
             if i:
                 self.clock.advance(POLL_INTERVAL)
-            now = self.clock.now()
-            snapshot = self.poller.poll(now)
-            self.store.append(snapshot.readings, now=now)
-            self.memory.append(snapshot.readings)
-            self.latest.snapshot = snapshot
-            transitions = self.engine.evaluate(HybridQuery(self.memory, self.store), now)
-            self.dispatcher.submit(transitions, now)
-            if self.remedy is not None:
-                self.remedy.handle(transitions, now)
-                self.remedy.tick(now)
-            self.dispatcher.tick(now)
+            self.daemon.tick()
+            self.daemon.remediate()
+            self.daemon.deliver()
 
     def stop(self) -> None:
         if self.slow is not None:
             self.slow.release()
         self.server.stop()
-        self.poller.close()
-        self.dispatcher.close()
-        self.store.close()
+        self.daemon.stop()
 
 
 def start_agent(
@@ -146,71 +130,38 @@ def start_agent(
     """Build and start an agent whose files live under ``tmp``."""
     clock = clock or FakeClock()
     tmp.mkdir(parents=True, exist_ok=True)
+    data: dict[str, Any] = {
+        "node": {"name": name},
+        "state_dir": str(tmp),
+        "poll": {"interval": POLL_INTERVAL, "gpu_timeout": 2.0},
+        "http": {"bind": "127.0.0.1", "port": 0},
+        "rules": {"local_dir": None},
+        "api": {"token": token} if token else {},
+        "remediation": (remediation or {"mode": "dry-run"})
+        if with_remediation
+        else {"mode": "off"},
+    }
+    if tls is not None:
+        data["http"] |= {"tls_cert": str(tls[0]), "tls_key": str(tls[1])}
     sim = build_node(model, seed=seed, clock=clock)
-    backend = AmdSmiBackend(SimulatedAmdSmi(sim))  # type: ignore[arg-type]
-    poller = Poller(backend, default_collectors(), node=name, gpu_timeout=2.0)
-    store = ResilientStore(f"sqlite:///{tmp / 'fleetd.db'}", StoreConfig(), node=name)
-    store.open(clock.now())
-    assert store.db is not None
-    memory = MemoryWindow(retention=3600.0)
-    rules_config = RulesConfig(local_dir=None)
-    engine = RuleEngine(
-        load_rules(rules_config), engine_settings(rules_config, POLL_INTERVAL), node=name
-    )
-    dispatcher = Dispatcher(
-        AlertingConfig(), store.db, node=name, now=clock.now(), stream=io.StringIO()
-    )
-    latest = Latest()
-    remedy: Remediation | None = None
-    if with_remediation:
-        assert store.events is not None
-        config = FleetdConfig.model_validate(
-            {"node": {"name": name}, "remediation": remediation or {"mode": "dry-run"}}
-        )
-        remedy = build_remediation(
-            config,
-            db=store.db,
-            backend=backend,
-            poller=poller,
-            clock=clock,
-            events=EventLogSink(store.events.append),
-        )
-    services = ApiServices(
-        node=name,
+    daemon = Daemon(
+        FleetdConfig.model_validate(data),
         clock=clock,
-        latest_snapshot=latest.get,
-        engine=engine,
-        dispatcher=dispatcher,
-        events=store,
-        query=HybridQuery(memory, store),
-        remedy=remedy,
-        reload=reload,
-        config=ApiConfig(),
+        backend=AmdSmiBackend(SimulatedAmdSmi(sim)),
+        sim=SimContext(sim, None),
+        console_stream=io.StringIO(),
+        schedule_jobs=False,
     )
-    router = build_api_router(services, token=Secret(token) if token else None)
-    slow = SlowRouter(router, delay) if delay > 0 else None
-    server = HttpServer(
-        slow or router,
-        "127.0.0.1",
-        0,
-        tls_cert=tls[0] if tls else None,
-        tls_key=tls[1] if tls else None,
-    )
-    server.start()
-    agent = Agent(
-        name=name,
-        clock=clock,
-        sim=sim,
-        poller=poller,
-        store=store,
-        memory=memory,
-        engine=engine,
-        dispatcher=dispatcher,
-        remedy=remedy,
-        services=services,
-        server=server,
-        latest=latest,
-        slow=slow,
-        tls=tls is not None,
-    )
-    return agent
+    daemon.start()
+    if reload is not None:
+        daemon.services.reload = reload
+    server = daemon.http
+    assert server is not None
+    slow = None
+    if delay > 0:  # the same agent behind a router that holds every answer
+        server.stop()
+        slow = SlowRouter(daemon.router, delay)
+        server = HttpServer(slow, "127.0.0.1", 0)
+        server.start()
+        daemon.http = None  # stopped by the Agent, not twice by the daemon
+    return Agent(name, clock, sim, daemon, server, slow, tls=tls is not None)

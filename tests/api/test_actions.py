@@ -291,15 +291,17 @@ def test_reload_without_a_callback_is_409(agent: Agent) -> None:
     assert answer.status_code == 409
 
 
-def test_remediation_endpoints_without_remediation(tmp_path: Path) -> None:
+def test_with_remediation_off_a_human_can_still_drain(tmp_path: Path) -> None:
+    """Mode ``off`` stops automatic runs, never the operator (issue 6's safety rails)."""
     agent = start_agent(tmp_path / "noremedy", with_remediation=False)
     try:
         agent.tick()
         state = requests.get(agent.url + API_PREFIX + "/remediation", timeout=10).json()
-        assert state["available"] is False and state["mode"] == "off"
-        assert post(agent, "/gpus/1/drain", {"reason": "x"}).status_code == 409
-        assert post(agent, "/remediation/pause", {"reason": "x"}).status_code == 409
+        assert state["mode"] == "off" and state["active"] == []
+        drained = post(agent, "/gpus/1/drain", {"reason": "x"})
+        assert drained.status_code == 202 and drained.json()["run"]["plan"] == "drain"
+        agent.tick()
         runs = requests.get(agent.url + API_PREFIX + "/remediation/runs", timeout=10).json()
-        assert runs["runs"] == []
+        assert [run["state"] for run in runs["runs"]] == ["drained"]
     finally:
         agent.stop()

@@ -65,8 +65,9 @@ def test_silence_add_list_expire(fleet: Fleet) -> None:
 def test_drain_shows_in_status_and_remediation_then_undrain(fleet: Fleet) -> None:
     drained, _ = fleet.run("drain", "gpu-node-001", "5", "--reason", "fan noise")
     assert drained.exit_code == 0, drained.output
-    assert "drain gpu 5: drained" in drained.output
+    assert "drain gpu 5: planned" in drained.output  # the agent's next tick carries it out
     run_id = drained.output.split("run ")[1].split()[0]
+    fleet.agents[0].tick()
     status, _ = fleet.run("status", "gpu-node-001")
     row5 = status.output.splitlines()[2 + 5]
     assert "drain drained" in row5

@@ -23,7 +23,7 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
     assert rc.reset_unit == "hive"
     assert rc.budget.max_resets == 3 and rc.budget.window == 86400
     assert rc.drain.idle_reads == 2 and rc.drain.on_timeout == "proceed"
-    assert rc.reboot is None and rc.fleet.registry_url is None
+    assert rc.reboot is None and cfg.registry.url is None
     assert rc.plans == {"reset": "reset", "quarantine": "quarantine", "reboot": "reboot"}
 
 

@@ -190,6 +190,7 @@ FAULTS = [
         id="xgmi_link_down",
     ),
     pytest.param("power_excursion", 30.0, {("GpuPowerThrottling", "6")}, id="power_excursion"),
+    pytest.param("power_above_cap", 10.0, {("GpuPowerAboveCap", "5")}, id="power_above_cap"),
     pytest.param("gpu_off_bus", 10.0, {("GpuMissing", "2")}, id="gpu_off_bus"),
     pytest.param("hung_call", 10.0, {("GpuMissing", "4")}, id="hung_call"),
     pytest.param("telemetry_stale", 10.0, {("GpuTelemetryStale", "1")}, id="telemetry_stale"),
@@ -281,9 +282,9 @@ def test_a_simulated_day_of_varying_load_on_a_healthy_node_is_quiet(stand_in: St
     assert run.engine.evaluations_total == 24 * 30
 
 
-def test_every_default_rule_has_a_scenario_except_power_above_cap() -> None:
-    """GpuPowerAboveCap needs power above the cap, which the simulator never produces (its
-    firmware model holds power at the cap); its unit tests in rules/tests cover it."""
+def test_every_default_rule_has_a_scenario() -> None:
+    """FleetdStorageDegraded is about fleetd's own database, not a GPU: the daemon's storage
+    test (tests/test_daemon_storage.py) makes the disk fail and sees it fire."""
     covered = {rule for param in FAULTS for rule, _ in param.values[2]}  # type: ignore[union-attr]
     covered |= {"VllmWorkerDown", "VllmWorkerStalled"}
-    assert {r.name for r in RULES.rules} - covered == {"GpuPowerAboveCap"}
+    assert {r.name for r in RULES.rules} - covered == {"FleetdStorageDegraded"}

@@ -10,7 +10,7 @@ import yaml
 
 from fleetd.collect.catalog import CATALOG
 from fleetd.model import Severity
-from fleetd.rules.ast import Call, RangeSelector, Selector, children
+from fleetd.rules.ast import Binary, Call, RangeSelector, Selector, children
 from fleetd.rules.config import shipped_rules_dir
 from fleetd.rules.loader import load_rule_set
 from fleetd.rules.ruletest import run_test_file
@@ -77,34 +77,57 @@ class TestEveryRule:
         assert metrics_used(rule.expr) <= set(CATALOG)
 
     def test_reads_counters_only_as_increase_or_rate(self, rule) -> None:  # type: ignore[no-untyped-def]
-        """A raw counter compared with a threshold fires forever after the first error."""
+        """A raw counter compared with a threshold fires forever after the first error.
+
+        One use is allowed: ``increase(c[w]) > 0 and c > 0`` — the raw counter as a guard
+        that the errors are still there (a GPU reset zeroes ECC counters), next to an
+        increase of the same counter that says they are new.
+        """
         bad: list[str] = []
 
-        def visit(node, inside: str | None) -> None:  # type: ignore[no-untyped-def]
+        def visit(node, inside: str | None, guarded: frozenset[str]) -> None:  # type: ignore[no-untyped-def]
             if isinstance(node, Selector):
                 spec = CATALOG.get(node.metric)
                 if (
                     spec is not None
                     and spec.type == "counter"
                     and inside not in ("increase", "rate", "stale")
+                    and node.metric not in guarded
                 ):
                     bad.append(node.metric)
                 return
             if isinstance(node, Call):
                 for child in children(node):
                     inner = child.selector if isinstance(child, RangeSelector) else child
-                    visit(inner, node.func)
+                    visit(inner, node.func, guarded)
+                return
+            if isinstance(node, Binary) and node.op == "and":
+                visit(node.lhs, None, guarded)
+                visit(node.rhs, None, guarded | counted(node.lhs))
                 return
             for child in children(node):
-                visit(child, None)
+                visit(child, None, guarded)
 
-        visit(rule.expr, None)
+        def counted(node) -> frozenset[str]:  # type: ignore[no-untyped-def]
+            """Counters read through increase() or rate() anywhere under ``node``."""
+            found: set[str] = set()
+            if isinstance(node, Call) and node.func in ("increase", "rate"):
+                for child in children(node):
+                    inner = child.selector if isinstance(child, RangeSelector) else child
+                    if isinstance(inner, Selector):
+                        found.add(inner.metric)
+            for child in children(node):
+                found |= counted(child)
+            return frozenset(found)
+
+        visit(rule.expr, None, frozenset())
         assert bad == []
 
 
-def test_gpu_rules_count_towards_health_and_vllm_rules_do_not() -> None:
+def test_gpu_rules_count_towards_health_and_others_do_not() -> None:
+    """vLLM workers and fleetd itself are not GPU faults."""
     for rule in RULES.rules:
-        assert rule.health == (not rule.name.startswith("Vllm")), rule.name
+        assert rule.health == rule.name.startswith("Gpu"), rule.name
 
 
 def test_only_uncorrectable_errors_trigger_remediation() -> None:

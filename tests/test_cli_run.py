@@ -1,0 +1,129 @@
+"""``fleetd run`` as systemd runs it: a real process, real signals, the notify socket."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def fleetd(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "fleetd", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_missing_amdsmi_library_is_one_clear_line(tmp_path: Path) -> None:
+    """amdsmi installed (CI installs the package) but no libamd_smi.so: no traceback."""
+    config = tmp_path / "fleetd.yaml"
+    config.write_text(f"state_dir: {tmp_path}\nhttp: {{port: 0}}\n")
+    proc = fleetd("run", "--config", str(config), env={"ROCM_PATH": str(tmp_path / "rocm")})
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("fleetd: ") and "libamd_smi.so" in lines[0]
+    assert "Traceback" not in err
+
+
+def test_bad_config_lists_every_problem_and_exits_1(tmp_path: Path) -> None:
+    config = tmp_path / "fleetd.yaml"
+    config.write_text("poll: {interval: 0s}\nhttp: {port: http}\nbogus: true\n")
+    proc = fleetd("run", "--config", str(config))
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert err.count(str(config)) == 3 and "Traceback" not in err
+
+
+class Notifications:
+    """The datagram socket systemd would listen on."""
+
+    def __init__(self, path: Path) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(path))
+        self.seen: list[str] = []
+
+    def wait_for(self, field: str, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(line == field or line.startswith(field) for line in self.seen):
+            left = deadline - time.monotonic()
+            assert left > 0, f"no {field} from fleetd; got {self.seen}"
+            self.sock.settimeout(left)
+            self.seen += self.sock.recv(4096).decode().splitlines()
+
+
+@pytest.fixture
+def running(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Notifications, Path, int]]:
+    port = free_port()
+    config = tmp_path / "fleetd.yaml"
+    config.write_text(f"state_dir: {tmp_path}\nhttp: {{port: {port}}}\npoll: {{interval: 1s}}\n")
+    notify = Notifications(tmp_path / "notify.sock")
+    proc = fleetd(
+        "run",
+        "--config",
+        str(config),
+        "--simulate",
+        "healthy",
+        env={"NOTIFY_SOCKET": str(tmp_path / "notify.sock")},
+    )
+    try:
+        yield proc, notify, config, port
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=30)
+        notify.sock.close()
+
+
+def metrics(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        return str(response.read().decode())
+
+
+def test_ready_reload_and_graceful_stop(
+    running: tuple[subprocess.Popen[str], Notifications, Path, int],
+) -> None:
+    proc, notify, config, port = running
+    notify.wait_for("READY=1")  # sent after the first successful poll
+    assert any(line.startswith("STATUS=8/8 GPUs") for line in notify.seen), notify.seen
+    assert 'fleetd_gpu_up{gpu="0"' in metrics(port)
+
+    good = config.read_text()
+    config.write_text(good + "bogus: 1\n")
+    notify.seen.clear()
+    proc.send_signal(signal.SIGHUP)
+    notify.wait_for("RELOADING=1")
+    notify.wait_for("READY=1")
+    text = metrics(port)
+    assert 'fleetd_config_reloads_total{result="failure"} 1.0' in text  # rejected, still up
+    assert "fleetd_config_last_reload_success 0.0" in text
+
+    config.write_text(good)
+    notify.seen.clear()
+    proc.send_signal(signal.SIGHUP)
+    notify.wait_for("RELOADING=1")
+    notify.wait_for("READY=1")
+    assert 'fleetd_config_reloads_total{result="success"} 1.0' in metrics(port)
+
+    notify.seen.clear()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+    notify.wait_for("STOPPING=1")

@@ -1,0 +1,166 @@
+"""The daemon's wiring on a fake clock: restart safety, storage faults, reload."""
+
+from __future__ import annotations
+
+import io
+import json
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pytest_httpserver import HTTPServer
+
+from fleetd.clock import FakeClock
+from fleetd.collect.amdsmi_backend import AmdSmiBackend
+from fleetd.config import FleetdConfig
+from fleetd.daemon import Daemon, SimContext
+from fleetd.model import AlertState
+from fleetd.sim import SimNode, SimulatedAmdSmi, build_node
+
+POLL = 5.0
+
+
+def config(state: Path, **extra: Any) -> FleetdConfig:
+    data: dict[str, Any] = {
+        "node": {"name": "n1"},
+        "state_dir": str(state),
+        "poll": {"interval": POLL, "gpu_timeout": 2.0},
+        "http": {"port": 0},
+        "rules": {"local_dir": None},
+        "store": {"busy_timeout": 0.05, "retry_interval": 5},
+    }
+    data.update(extra)
+    return FleetdConfig.model_validate(data)
+
+
+def daemon_on(node: SimNode, clock: FakeClock, cfg: FleetdConfig) -> Daemon:
+    return Daemon(
+        cfg,
+        clock=clock,
+        backend=AmdSmiBackend(SimulatedAmdSmi(node)),
+        sim=SimContext(node, None),
+        console_stream=io.StringIO(),
+        schedule_jobs=False,
+    )
+
+
+def run(daemon: Daemon, clock: FakeClock, polls: int) -> None:
+    for _ in range(polls):
+        clock.advance(POLL)
+        daemon.tick()
+        daemon.remediate()
+        daemon.deliver()
+
+
+def firing(daemon: Daemon) -> set[str]:
+    return {a.key.rule for a in daemon.engine.alerts() if a.state == AlertState.FIRING}
+
+
+@pytest.fixture
+def webhook(httpserver: HTTPServer) -> Iterator[list[dict[str, Any]]]:
+    received: list[dict[str, Any]] = []
+
+    def record(request: Any) -> Any:
+        from werkzeug import Response
+
+        received.append(json.loads(request.data))
+        return Response("ok")
+
+    httpserver.expect_request("/hook").respond_with_handler(record)
+    yield received
+
+
+def test_restart_neither_repages_nor_forgets_a_firing_alert(
+    tmp_path: Path, clock: FakeClock, httpserver: HTTPServer, webhook: list[dict[str, Any]]
+) -> None:
+    alerting = {
+        "receivers": [{"name": "hook", "webhook": [{"url": httpserver.url_for("/hook")}]}],
+        "route": {"receiver": "hook", "group_wait": "0s", "group_interval": "10s"},
+    }
+    cfg = config(tmp_path, alerting=alerting)
+    node = build_node("MI355X", seed=1, clock=clock)
+    first = daemon_on(node, clock, cfg)
+    first.start()
+    run(first, clock, 2)
+    node.inject(3, "ecc_uncorrectable", persistent=True)
+    run(first, clock, 4)
+    assert "GpuEccUncorrectableError" in firing(first)
+    sent = [a for body in webhook for a in body["alerts"] if a["status"] == "firing"]
+    assert [a["labels"]["alertname"] for a in sent] == ["GpuEccUncorrectableError"]
+    first.stop()
+
+    # the GPUs keep their state; a new daemon on the same database takes over
+    second = daemon_on(node, clock, cfg)
+    second.start()
+    assert "GpuEccUncorrectableError" in firing(second)  # not reset to healthy
+    run(second, clock, 6)
+    assert "GpuEccUncorrectableError" in firing(second)
+    resent = [a for body in webhook for a in body["alerts"] if a["status"] == "firing"]
+    assert len(resent) == 1  # not paged again
+    second.stop()
+
+
+def test_storage_locked_keeps_alerting_from_memory_and_raises_its_own_alert(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    node = build_node("MI355X", seed=2, clock=clock)
+    daemon = daemon_on(node, clock, config(tmp_path))
+    daemon.start()
+    run(daemon, clock, 2)
+    locker = sqlite3.connect(tmp_path / "fleetd.db", timeout=0.01)
+    locker.execute("BEGIN IMMEDIATE")  # another writer holds the write lock
+    try:
+        node.inject(5, "xgmi_link_down", link=1)
+        run(daemon, clock, 20)  # 100 s: storage degraded for over a minute
+        assert daemon.store.health().degraded
+        assert {"FleetdStorageDegraded", "GpuXgmiLinkDown"} <= firing(daemon)
+        assert daemon.last_snapshot is not None
+        assert "storage degraded" in daemon.status_line(daemon.last_snapshot)
+    finally:
+        locker.rollback()
+        locker.close()
+    run(daemon, clock, 30)  # lock gone: at the next retry the backlog is written, alert resolves
+    assert not daemon.store.health().degraded
+    assert "FleetdStorageDegraded" not in firing(daemon)
+    stored = daemon.store.range("fleetd_gpu_up", start=clock.now() - 60, end=clock.now())
+    assert stored and all(len(samples) >= 10 for samples in stored.values())
+    daemon.stop()
+
+
+def test_reload_rejects_a_bad_file_and_keeps_running(tmp_path: Path, clock: FakeClock) -> None:
+    path = tmp_path / "fleetd.yaml"
+    path.write_text(f"node: {{name: n1}}\nstate_dir: {tmp_path}\nhttp: {{port: 0}}\n")
+    node = build_node("MI355X", seed=3, clock=clock)
+    daemon = Daemon(
+        FleetdConfig.model_validate(
+            {
+                "node": {"name": "n1"},
+                "state_dir": str(tmp_path),
+                "http": {"port": 0},
+                "rules": {"local_dir": None},
+            }
+        ),
+        clock=clock,
+        config_path=path,
+        backend=AmdSmiBackend(SimulatedAmdSmi(node)),
+        sim=SimContext(node, None),
+        schedule_jobs=False,
+    )
+    daemon.start()
+    try:
+        path.write_text("poll: {interval: 0.1s}\nbogus: 1\n")
+        assert daemon.reload() is False
+        assert daemon.config.poll.interval == 5.0
+        events = daemon.store.query_events(kinds=["config_reload"])
+        assert "rejected" in events[-1].message and len(events[-1].data["problems"]) == 2
+        path.write_text(
+            f"node: {{name: n1}}\nstate_dir: {tmp_path}\nhttp: {{port: 0}}\n"
+            "poll: {interval: 2s}\nrules: {local_dir: null}\n"
+        )
+        assert daemon.reload() is True
+        assert daemon.config.poll.interval == 2.0
+        run(daemon, clock, 1)
+    finally:
+        daemon.stop()
