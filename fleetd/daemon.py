@@ -202,6 +202,10 @@ class Daemon:
         """Open storage, restore state, serve HTTP, run the first poll, start the jobs."""
         now = self.now()
         self.notifier.status("starting")
+        try:
+            self.config.state_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SystemExit(f"fleetd: cannot create {self.config.state_dir}: {exc.strerror}")
         self.store.open(now)
         db = self.store.db
         if db is None:
