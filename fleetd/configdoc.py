@@ -162,7 +162,8 @@ FIELD_NOTES: dict[str, str] = {
         "least this long to go before it can fire (as Prometheus' `for_grace_period`)."
     ),
     "RulesConfig.runbook_base_url": (
-        "Prefix for relative `runbook_url` annotations (e.g. your copy of docs/runbooks/)."
+        "Prefix for a rule's relative `runbook` path: `docs/runbooks/GpuMissing.md` becomes "
+        "`<runbook_base_url>/docs/runbooks/GpuMissing.md` in the alert's `runbook_url`."
     ),
     # alerting:
     "AlertingConfig.external_url": (
