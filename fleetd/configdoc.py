@@ -278,7 +278,9 @@ FIELD_NOTES: dict[str, str] = {
     ),
     # store:
     "StoreConfig.url": (
-        "A SQLAlchemy URL (e.g. `postgresql://fleetd@db/fleetd_node7`) instead of the SQLite file."
+        "A SQLAlchemy URL instead of the SQLite file, e.g. "
+        "`postgresql+psycopg2://fleetd:PASSWORD@db/fleetd_node7` (name the driver: "
+        "SQLAlchemy 2.1 reads a bare `postgresql://` as psycopg 3)."
     ),
     "StoreConfig.path": "The SQLite file; default `<state_dir>/fleetd.db`.",
     "StoreConfig.raw_retention": "How long raw samples (every poll) are kept.",
@@ -467,9 +469,10 @@ FIELD_NOTES: dict[str, str] = {
     "FleetConfig.lease_retry_interval": "How often a waiting run asks again.",
     # registry:
     "RegistryConfig.url": (
-        "PostgreSQL URL of the fleet registry (`postgresql://user:pass@host/db`). Set: this "
-        "node publishes its heartbeat there, and remediation's cap and breaker become "
-        "fleet-wide."
+        "PostgreSQL URL of the fleet registry, "
+        "`postgresql+psycopg2://USER:PASSWORD@HOST/DB` (name the driver: SQLAlchemy 2.1 reads "
+        "a bare `postgresql://` as psycopg 3). Set: this node publishes its heartbeat there, "
+        "and remediation's cap and breaker become fleet-wide."
     ),
     "RegistryConfig.address": (
         "How fleetctl reaches this agent's API (`http(s)://host:port`); default "
@@ -477,7 +480,9 @@ FIELD_NOTES: dict[str, str] = {
     ),
     "RegistryConfig.heartbeat_interval": "How often this node's status row is published.",
     "RegistryConfig.stale_after": (
-        "A heartbeat older than this is stale (fleetctl has its own `--stale-after`)."
+        "The age at which this node's heartbeat counts as stale. The agent does not act on "
+        "it: readers judge staleness (`fleetctl --stale-after`, default 60 s), so keep the two "
+        "equal."
     ),
     "RegistryConfig.timeout": "Connect timeout of the registry database.",
 }
