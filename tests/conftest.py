@@ -13,6 +13,15 @@ from fleetd.clock import FakeClock
 PG_BASE_URL = os.environ.get("FLEETD_TEST_PG", "postgresql+psycopg2://root@127.0.0.1:5432/test")
 
 
+@pytest.fixture(autouse=True)
+def _fresh_logging() -> Iterator[None]:
+    """A test that configures logging (level, stream) must not silence the next one's."""
+    yield
+    import structlog
+
+    structlog.reset_defaults()
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     """A clock that moves only when a test advances it."""

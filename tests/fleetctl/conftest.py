@@ -58,7 +58,7 @@ class Fleet:
             self.slow.stop()
 
 
-@pytest.fixture(autouse=True, scope="session")
+@pytest.fixture(autouse=True)
 def quiet_agent_logs() -> Iterator[None]:
     """The agents run in this process: keep their log lines out of fleetctl's captured output."""
     configure_logging("json", "warning", stream=io.StringIO())

@@ -48,7 +48,7 @@ def test_shipped_rule_unit_test(
 
 
 def test_the_shipped_directory_is_the_repository_one() -> None:
-    assert shipped_rules_dir() == REPO / "rules"
+    assert shipped_rules_dir().resolve() == (REPO / "rules").resolve()  # via fleetd/data/rules
 
 
 @pytest.mark.parametrize("rule", RULES.rules, ids=[r.name for r in RULES.rules])
