@@ -27,3 +27,11 @@ def check(path: Path) -> None:
             click.echo(str(problem), err=True)
         sys.exit(1)
     click.echo(f"{path}: OK")
+
+
+@config.command("reference")
+def reference() -> None:
+    """Print the fleetd.yaml reference (Markdown) generated from the schema."""
+    from fleetd.configdoc import reference_markdown
+
+    click.echo(reference_markdown(), nl=False)

@@ -1,0 +1,279 @@
+"""docs/fleetd.example.yaml and docs/configuration.md stay true to the config schema.
+
+The example must load (``load_config`` and ``fleetd config check``) and show every key of
+``FleetdConfig``; the reference must be exactly what ``fleetd config reference`` generates.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+from fleetd.cli.fleetd_main import main
+from fleetd.config import FleetdConfig, load_config
+from fleetd.configbase import Duration, Secret, StrictModel
+from fleetd.configdoc import (
+    FIELD_NOTES,
+    collect_sections,
+    declaring_class,
+    reference_markdown,
+)
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+EXAMPLE = DOCS / "fleetd.example.yaml"
+REFERENCE = DOCS / "configuration.md"
+SECRET_VALUE = "s3cr3t-value-of-32-characters!!!"
+
+_ACTIVE_KEY = re.compile(r"^(?P<indent> *)(?P<dash>- +)?(?P<key>[A-Za-z_][A-Za-z0-9_]*):(?:\s|$)")
+_COMMENTED_KEY = re.compile(
+    r"^(?P<hash> *#)(?P<gap> +)(?P<dash>- +)?(?P<key>[a-z_][a-z0-9_]*):(?:\s|$)"
+)
+
+
+# ------------------------------------------------------------------------------------ helpers
+def installable_example(root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The example with /etc/fleetd moved under ``root``, its secret files and variables made.
+
+    Secrets in the example come from ``*_file`` and ``*_env``; load_config reads them.
+    """
+    text = EXAMPLE.read_text(encoding="utf-8").replace("/etc/fleetd/", f"{root}/etc/fleetd/")
+    for match in re.finditer(r"^[ -]*\w+_file: *(\S+)", text, re.MULTILINE):
+        secret = Path(match.group(1))
+        secret.parent.mkdir(parents=True, exist_ok=True)
+        secret.write_text(SECRET_VALUE + "\n", encoding="utf-8")
+    for match in re.finditer(r"^[ -]*\w+_env: *(\S+)", text, re.MULTILINE):
+        monkeypatch.setenv(match.group(1), SECRET_VALUE)
+    path = root / "fleetd.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def outline(text: str) -> tuple[set[str], set[str]]:
+    """Dotted key paths (list items add no index) of active and commented-out YAML keys.
+
+    Indentation decides nesting for both: a commented key's indentation is where its text
+    would start once the ``#`` is removed.
+    """
+    active: set[str] = set()
+    commented: set[str] = set()
+    stack: list[tuple[int, str]] = []
+    for line in text.splitlines():
+        found = _ACTIVE_KEY.match(line)
+        target = active
+        if found is not None:
+            indent = len(found["indent"]) + len(found["dash"] or "")
+        else:
+            found = _COMMENTED_KEY.match(line)
+            if found is None:
+                continue
+            target = commented
+            indent = len(found["hash"]) - 1 + len(found["gap"]) - 1 + len(found["dash"] or "")
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        path = ".".join([key for _, key in stack] + [found["key"]])
+        target.add(path)
+        stack.append((indent, found["key"]))
+    return active, commented
+
+
+def schema_keys(
+    model: type[BaseModel], prefix: str = "", ancestry: tuple[type[BaseModel], ...] = ()
+) -> Iterator[tuple[str, bool]]:
+    """(dotted path, is a secret) of every key under ``model``; a model nested in itself
+    (a route's routes) is listed once."""
+    for name, info in model.model_fields.items():
+        key = info.alias or name
+        path = f"{prefix}{key}"
+        yield path, _mentions(info.annotation, Secret)
+        sub = _section(info.annotation)
+        if sub is not None and sub not in (*ancestry, model):
+            yield from schema_keys(sub, path + ".", (*ancestry, model))
+
+
+def _mentions(tp: object, target: type) -> bool:
+    return tp is target or target in getattr(tp, "__args__", ())
+
+
+def _section(tp: object) -> type[BaseModel] | None:
+    for candidate in (tp, *getattr(tp, "__args__", ())):
+        for inner in (candidate, *getattr(candidate, "__args__", ())):
+            if isinstance(inner, type) and issubclass(inner, BaseModel):
+                return inner
+    return None
+
+
+# ------------------------------------------------------------------------------------ example
+def test_example_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = load_config(installable_example(tmp_path, monkeypatch))
+    assert config.remediation.mode == "dry-run"  # what a new install must run
+    assert config.api.token is not None and config.api.token.reveal() == SECRET_VALUE
+    assert config.registry.url is not None
+    assert [r.name for r in config.alerting.receivers] == [
+        "oncall",
+        "chat",
+        "incidents",
+        "alertmanager",
+        "audit",
+        "console",
+    ]
+
+
+def test_example_passes_fleetd_config_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = installable_example(tmp_path, monkeypatch)
+    result = CliRunner().invoke(main, ["config", "check", str(path)])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == f"{path}: OK"
+
+
+def test_example_workers_match_the_vllm_unit_template(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vllm@N.service serves GPU N on port 800N (systemd/vllm@.service)."""
+    config = load_config(installable_example(tmp_path, monkeypatch))
+    workers = config.vllm.workers
+    assert len(workers) == 8
+    for index, worker in enumerate(workers):
+        assert worker.gpus == [index]
+        assert worker.unit == f"vllm@{index}.service"
+        assert worker.url == f"http://127.0.0.1:800{index}"
+
+
+def test_example_shows_every_key_of_the_schema() -> None:
+    active, commented = outline(EXAMPLE.read_text(encoding="utf-8"))
+    shown = active | commented
+    # the root route takes no matchers (it matches everything): child routes show its keys
+    shown |= {p.replace("alerting.route.routes.", "alerting.route.", 1) for p in shown}
+    missing = []
+    for path, secret in schema_keys(FleetdConfig):
+        variants = {path, f"{path}_file", f"{path}_env"} if secret else {path}
+        if not variants & shown:
+            missing.append(path)
+    assert missing == []
+
+
+def test_commented_keys_in_the_example_are_real_keys() -> None:
+    """A commented-out key is never validated by loading, so check its name here."""
+    _, commented = outline(EXAMPLE.read_text(encoding="utf-8"))
+    known = set()
+    for path, secret in schema_keys(FleetdConfig):
+        known |= {path, f"{path}_file", f"{path}_env"} if secret else {path}
+    # keys of a child route are those of the route itself
+    known |= {p.replace("alerting.route.", "alerting.route.routes.", 1) for p in known}
+    assert sorted(commented - known) == []
+
+
+def test_outline_follows_indentation_of_commented_keys() -> None:
+    text = (
+        "a:\n"
+        "  b: 1      # trailing: not a key\n"
+        "  # c:\n"
+        "  #   d: 2\n"
+        "  list:\n"
+        "    - e: 1\n"
+        "      # f: 2\n"
+        "# Prose: not a key\n"
+        "g: 3\n"
+    )
+    active, commented = outline(text)
+    assert active == {"a", "a.b", "a.list", "a.list.e", "g"}
+    assert commented == {"a.c", "a.c.d", "a.list.f"}
+
+
+# ------------------------------------------------------------------------------------ reference
+def test_configuration_md_is_the_generated_reference() -> None:
+    expected = reference_markdown()
+    assert REFERENCE.read_text(encoding="utf-8") == expected, (
+        "docs/configuration.md is out of date: run "
+        "`python -m fleetd config reference > docs/configuration.md`"
+    )
+
+
+def test_config_reference_command_prints_the_reference() -> None:
+    result = CliRunner().invoke(main, ["config", "reference"])
+    assert result.exit_code == 0, result.output
+    assert result.output == reference_markdown()
+
+
+def test_every_key_is_in_the_reference_with_a_description() -> None:
+    undescribed = [
+        f"{section.path}.{field.key}"
+        for section in collect_sections()
+        for field in section.fields
+        if not field.description
+    ]
+    assert undescribed == []
+    text = REFERENCE.read_text(encoding="utf-8")
+    for section in collect_sections():
+        for field in section.fields:
+            assert f"| `{field.key}` |" in text
+
+
+def test_field_notes_name_real_fields() -> None:
+    models = {s.model for s in collect_sections()}
+    declared = {
+        f"{declaring_class(m, name).__name__}.{name}" for m in models for name in m.model_fields
+    }
+    assert sorted(set(FIELD_NOTES) - declared) == []
+
+
+def test_notes_never_shadow_what_the_code_says() -> None:
+    """A field with its own description or docstring needs no note (it would be ignored)."""
+    for section in collect_sections():
+        for name, info in section.model.model_fields.items():
+            owner = declaring_class(section.model, name)
+            if info.description:
+                assert f"{owner.__name__}.{name}" not in FIELD_NOTES
+
+
+class _Inner(StrictModel):
+    """A nested section."""
+
+    depth: int = Field(default=2, ge=1, le=9)
+    """How deep it goes."""
+
+
+class _Sample(StrictModel):
+    """A made-up section to exercise the generator."""
+
+    wait: Duration = 300.0  # how long to wait
+    odd: int = Field(default=3, description="An odd number.")
+    password: Secret | None = None
+    inner: _Inner = Field(default_factory=_Inner)
+    items: list[_Inner] = Field(default_factory=list)
+
+    @field_validator("odd")
+    @classmethod
+    def _odd(cls, value: int) -> int:
+        if value % 2 == 0:
+            raise ValueError("must be odd")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> _Sample:
+        if self.wait < self.odd:
+            raise ValueError(f"wait must be at least odd ({self.odd})")
+        return self
+
+
+def test_the_generator_reads_types_defaults_limits_and_checks_from_the_code() -> None:
+    text = reference_markdown(_Sample)
+    assert "A made-up section to exercise the generator." in text
+    assert "| `wait` | duration | `5m` |  | How long to wait. |" in text
+    assert "| `odd` | integer | `3` | must be odd | An odd number. |" in text
+    assert "| `password` | secret | unset |" in text
+    assert "`password_file` / `password_env`" in text
+    assert "| `inner` | [section](#inner) | see its section |" in text
+    assert "| `items` | list of [sections](#inner) | `[]` |" in text
+    assert "| `depth` | integer | `2` | ≥ 1; ≤ 9 | How deep it goes. |" in text
+    assert "* wait must be at least odd (…)" in text
+    # a nested model is documented once, at its first path
+    assert text.count('<a id="inner"></a>') == 1
+    assert inspect.getdoc(_Inner) == "A nested section."
