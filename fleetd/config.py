@@ -11,7 +11,7 @@ import socket
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from fleetd.alert.config import AlertingConfig
 from fleetd.api.config import ApiConfig
@@ -71,6 +71,12 @@ class HttpConfig(StrictModel):
     port: int = Field(default=DEFAULT_HTTP_PORT, ge=0, le=65535)
     tls_cert: Path | None = None
     tls_key: Path | None = None
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> HttpConfig:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("set both tls_cert and tls_key for HTTPS, or neither")
+        return self
 
 
 class LoggingConfig(StrictModel):

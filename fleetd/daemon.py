@@ -64,6 +64,20 @@ log = get_logger("daemon")
 
 REDISCOVER_INTERVAL_S = 30.0
 
+HOT = ("rules", "alerting", "poll")
+"""Sections a reload applies: the rule files, alert routing and receivers, the poll interval.
+Everything else (remediation, api, vllm, registry, store, …) needs a restart; a reload that
+changes them logs ``config_reload_needs_restart`` and keeps them as they run."""
+
+RULE_TIMINGS = (
+    "stale_polls",
+    "no_data_hold",
+    "resolved_retention",
+    "outage_tolerance",
+    "for_grace_period",
+)
+"""Rule-engine settings fixed at start-up (the rule files themselves reload)."""
+
 
 @dataclass
 class SimContext:
@@ -154,6 +168,7 @@ class Daemon:
         self._to_notify: list[Transition] = []
         self._to_remediate: list[Transition] = []
 
+        rules = load_rules(config.rules)  # bad rule files fail before the GPUs are touched
         if backend is None:
             backend, sim = open_backend(config, clock)
         self.backend = backend
@@ -176,7 +191,7 @@ class Daemon:
         )
         self.query: HybridQuery | None = None
         self.engine = RuleEngine(
-            load_rules(config.rules),
+            rules,
             engine_settings(config.rules, config.poll.interval),
             node=node,
             timer=clock.monotonic,
@@ -205,7 +220,9 @@ class Daemon:
         try:
             self.config.state_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise SystemExit(f"fleetd: cannot create {self.config.state_dir}: {exc.strerror}")
+            raise SystemExit(
+                f"fleetd: cannot create {self.config.state_dir}: {exc.strerror}"
+            ) from None
         self.store.open(now)
         db = self.store.db
         if db is None:
@@ -276,6 +293,9 @@ class Daemon:
                 seconds=self._interval(cfg.vllm.scrape_interval),
                 id="vllm",
             )
+        keepalive = watchdog_interval()
+        if keepalive is not None:  # polls slower than the watchdog still prove progress
+            add(self._job(self.watchdog), "interval", seconds=keepalive, id="watchdog")
         self.scheduler.add_listener(self._on_missed, EVENT_JOB_MAX_INSTANCES)
 
     def _job(self, body: Callable[[], None]) -> Callable[[], None]:
@@ -450,6 +470,17 @@ class Daemon:
             parts.append("storage degraded")
         return "; ".join(parts)
 
+    def watchdog(self) -> None:
+        """WATCHDOG=1 between polls, but only while polls keep finishing on time: a hung
+        loop stops the pings and systemd restarts the daemon."""
+        snapshot = self.last_snapshot
+        poll = self.config.poll
+        if (
+            snapshot is not None
+            and self.now() - snapshot.ts <= 2 * poll.interval + poll.gpu_timeout
+        ):
+            self.notifier.watchdog()
+
     def deliver(self) -> None:
         """Flush due alert groups and deliver the outbox (waits while storage is down)."""
         if self.dispatcher is None:
@@ -532,9 +563,13 @@ class Daemon:
             )
             self._ready_again()
             raise
-        fixed = ("backend", "http", "store", "state_dir", "node")
-        restart_needed = [n for n in fixed if getattr(new, n) != getattr(self.config, n)]
-        kept = {n: getattr(self.config, n) for n in fixed}
+        restart_needed = self._restart_needed(new)
+        # what cannot change at run time keeps running as it is, and says so
+        kept = {n: getattr(self.config, n) for n in FleetdConfig.model_fields if n not in HOT}
+        kept["poll"] = self.config.poll.model_copy(update={"interval": new.poll.interval})
+        kept["rules"] = new.rules.model_copy(
+            update={f: getattr(self.config.rules, f) for f in RULE_TIMINGS}
+        )
         self.engine.reload(rules)
         if self.dispatcher is not None:
             self.dispatcher.reload(new.alerting, now)
@@ -554,6 +589,25 @@ class Daemon:
             log.warning("config_reload_needs_restart", sections=restart_needed)
         log.info("config_reloaded", rules=len(rules))
         self._ready_again()
+
+    def _restart_needed(self, new: FleetdConfig) -> list[str]:
+        """The changed settings a reload does not apply (they need ``systemctl restart``)."""
+        old = self.config
+        needed = [
+            name
+            for name in FleetdConfig.model_fields
+            if name not in ("rules", "alerting") and getattr(new, name) != getattr(old, name)
+        ]
+        if (
+            "poll" in needed
+            and new.poll.model_copy(update={"interval": old.poll.interval}) == old.poll
+        ):
+            needed.remove("poll")  # only the interval changed: that one is applied
+        elif "poll" in needed:
+            needed[needed.index("poll")] = "poll (gpu_timeout, slow_interval)"
+        if any(getattr(new.rules, f) != getattr(old.rules, f) for f in RULE_TIMINGS):
+            needed.append("rules (" + ", ".join(RULE_TIMINGS) + ")")
+        return needed
 
     def _ready_again(self) -> None:
         snapshot = self.last_snapshot

@@ -53,6 +53,19 @@ def test_bad_config_lists_every_problem_and_exits_1(tmp_path: Path) -> None:
     assert err.count(str(config)) == 3 and "Traceback" not in err
 
 
+def test_bad_local_rule_file_is_reported_not_a_traceback(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.d"
+    rules.mkdir()
+    (rules / "site.yaml").write_text("rules:\n  - name: X\n    expr: fleetd_gpu_up ==\n")
+    config = tmp_path / "fleetd.yaml"
+    config.write_text(f"state_dir: {tmp_path}\nrules: {{local_dir: {rules}}}\n")
+    proc = fleetd("run", "--config", str(config), "--simulate", "healthy")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert err.startswith(f"{rules / 'site.yaml'}:") and "Traceback" not in err
+    assert "rules[0].severity: required key is missing" in err
+
+
 class Notifications:
     """The datagram socket systemd would listen on."""
 

@@ -162,5 +162,15 @@ def test_reload_rejects_a_bad_file_and_keeps_running(tmp_path: Path, clock: Fake
         assert daemon.reload() is True
         assert daemon.config.poll.interval == 2.0
         run(daemon, clock, 1)
+        # what a reload cannot apply keeps running as it is, and the event says so
+        path.write_text(
+            f"node: {{name: n1}}\nstate_dir: {tmp_path}\nhttp: {{port: 0}}\n"
+            "poll: {interval: 2s, gpu_timeout: 1s}\nrules: {local_dir: null}\n"
+            "remediation: {mode: 'on'}\n"
+        )
+        assert daemon.reload() is True
+        assert daemon.config.remediation.mode == "dry-run" and daemon.config.poll.gpu_timeout == 2
+        restart = daemon.store.query_events(kinds=["config_reload"])[-1].data["restart_needed_for"]
+        assert restart == ["poll (gpu_timeout, slow_interval)", "remediation"]
     finally:
         daemon.stop()

@@ -190,8 +190,21 @@ class _Handler(BaseHTTPRequestHandler):
         return  # access logs would flood journald at one scrape per second
 
 
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    tls: ssl.SSLContext | None = None
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        """Runs on the connection's own thread: the TLS handshake happens here, not on the
+        accepting thread, so one client that connects and says nothing stalls only itself."""
+        if self.tls is not None:
+            request.settimeout(TLS_HANDSHAKE_TIMEOUT_S)
+            request = self.tls.wrap_socket(request, server_side=True)
+            request.settimeout(None)
+        super().finish_request(request, client_address)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # a client that hangs up or speaks garbage is not worth a traceback on stderr
@@ -212,11 +225,13 @@ class HttpServer:
     ) -> None:
         handler = type("BoundHandler", (_Handler,), {"router": router})
         self._server = _Server((bind, port), handler)
+        if (tls_cert is None) != (tls_key is None):
+            raise ValueError("TLS needs both a certificate and a key")
         if tls_cert is not None and tls_key is not None:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.minimum_version = ssl.TLSVersion.TLSv1_2
             context.load_cert_chain(tls_cert, tls_key)
-            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+            self._server.tls = context
         self._thread: threading.Thread | None = None
 
     @property

@@ -63,6 +63,10 @@ def run(config_path: Path | None, simulate: str | None, log_format: str | None) 
 
     try:
         daemon = Daemon(config, clock=SystemClock(), config_path=used)
+    except ConfigError as exc:  # the rule files and the scenario load here
+        for problem in exc.problems:
+            click.echo(str(problem), err=True)
+        sys.exit(1)
     except BackendError as exc:
         click.echo(f"fleetd: {exc}", err=True)
         sys.exit(2)

@@ -110,7 +110,9 @@ class RegistryReader:
             else:
                 from sqlalchemy import create_engine
 
-                self._engine = create_engine(self._url)
+                from fleetd.store.db import driver_url
+
+                self._engine = create_engine(driver_url(self._url))
                 raw = self._engine.raw_connection()
                 self._module = __import__(raw.driver_connection.__class__.__module__.split(".")[0])
                 self._conn = raw

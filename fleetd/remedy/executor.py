@@ -83,10 +83,15 @@ class Executor:
     def _release_stale_leases(self) -> None:
         """A daemon killed between concluding a run and releasing its lease leaves the lease
         behind; the journal says whether its run still needs it."""
-        for run_id in self._lease.leases(self.node):
+        try:
+            leases = self._lease.leases(self.node)
+        except Exception as exc:  # registry down at start-up: try again at the next start
+            log.warning("remediation_lease_check_failed", error=repr(exc))
+            return
+        for run_id in leases:
             run = self._runs.get(run_id) or self._journal.get(run_id)
             if run is None or (run.terminal and not run.holding):
-                self._lease.release(run_id)
+                self._release_lease(run_id)
                 log.info("remediation_stale_lease_released", run_id=run_id)
 
     # ---- public ------------------------------------------------------------------------
@@ -264,7 +269,7 @@ class Executor:
         if isinstance(cmd, m.AcquireLease):
             return self._acquire(run, now)
         if isinstance(cmd, m.ReleaseLease):
-            self._lease.release(run.run_id)
+            self._release_lease(run.run_id)
             return None
         if isinstance(cmd, m.ReleaseHolds):
             self._release_holds(run, now)
@@ -295,6 +300,14 @@ class Executor:
             return self._burn_in(run)
         raise TypeError(f"unknown command {cmd!r}")
 
+    def _release_lease(self, run_id: str) -> None:
+        """Give the run's fleet capacity back; an unreachable registry is retried at the next
+        start (stale leases of finished runs are released then), never fatal to the run."""
+        try:
+            self._lease.release(run_id)
+        except Exception as exc:
+            log.warning("remediation_lease_release_failed", run_id=run_id, error=repr(exc))
+
     def _acquire(self, run: m.Run, now: float) -> m.LeaseResult:
         """At most one run per node (oldest first), then the pause switch, then the lease."""
         for other in self._runs.values():
@@ -311,9 +324,13 @@ class Executor:
                 return m.LeaseResult(False, f"remediation paused by {pause.by}: {pause.reason}")
             if self._cfg.mode == "off":
                 return m.LeaseResult(False, "remediation is off", final=True)
-        decision = self._lease.acquire(  # held GPUs are already counted by their holder
-            node=self.node, run_id=run.run_id, gpus=run.verify_gpus, manual=manual, now=now
-        )
+        try:
+            decision = self._lease.acquire(  # held GPUs are already counted by their holder
+                node=self.node, run_id=run.run_id, gpus=run.verify_gpus, manual=manual, now=now
+            )
+        except Exception as exc:  # the registry is unreachable: a denial, retried as usual
+            log.warning("remediation_lease_unavailable", run_id=run.run_id, error=repr(exc))
+            return m.LeaseResult(False, f"fleet lease unavailable: {type(exc).__name__}")
         return m.LeaseResult(decision.granted, decision.reason)
 
     def _release_holds(self, run: m.Run, now: float) -> None:

@@ -21,7 +21,7 @@ from sqlalchemy import Connection, create_engine, delete, func, select, text, up
 
 from fleetd.logs import get_logger
 from fleetd.remedy.config import BreakerConfig, FleetConfig
-from fleetd.store.db import Database
+from fleetd.store.db import Database, driver_url
 from fleetd.store.journal import FLEET_TABLES, breaker_table, failures_table, leases_table
 from fleetd.store.schema import METADATA
 
@@ -104,7 +104,7 @@ class SqlFleetLease:
     @classmethod
     def shared(cls, url: str, config: FleetConfig) -> SqlFleetLease:
         """Fleet-wide limits in the shared PostgreSQL registry (creates only its own tables)."""
-        db = Database(create_engine(url, pool_pre_ping=True))
+        db = Database(create_engine(driver_url(url), pool_pre_ping=True))
         with db.begin() as conn:
             METADATA.create_all(conn, tables=list(FLEET_TABLES))
         return cls(

@@ -19,6 +19,7 @@ SQLite specifics, all for crash safety and a bounded file:
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -36,6 +37,17 @@ Synchronous = Literal["off", "normal", "full"]
 
 _IMMEDIATE = "fleetd_sqlite_immediate"
 _WAL_LIMIT_BYTES = 16 * 1024 * 1024
+
+
+def driver_url(url: str) -> str:
+    """``postgresql://…`` with the PostgreSQL driver that is installed (psycopg 3, else
+    psycopg2): SQLAlchemy 2.1 reads a bare ``postgresql://`` as psycopg 3, which an operator
+    copying a libpq URL should not need to know. Other URLs are returned unchanged."""
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme in ("postgresql", "postgres"):
+        driver = "psycopg" if importlib.util.find_spec("psycopg") else "psycopg2"
+        return f"postgresql+{driver}://{rest}"
+    return url
 
 
 def sqlite_url(path: str | Path) -> str:
@@ -100,6 +112,7 @@ class Database:
         synchronous: Synchronous = "full",
     ) -> Database:
         """Connect to ``url`` and bring its schema to the current version."""
+        url = driver_url(url)
         if url.startswith("sqlite"):
             in_memory = ":memory:" in url or url.rstrip("/") in ("sqlite:", "sqlite+pysqlite:")
             if in_memory:

@@ -58,3 +58,17 @@ def test_fleetctl_over_tls_with_the_ca_and_refused_without(
         str(write_inventory(tmp_path / "p.yaml", [(tls_agent.name, tls_agent.address)])),
     )
     assert plain.exit_code == 2  # plain HTTP to a TLS port is not an answer
+
+
+def test_a_silent_client_does_not_stall_other_tls_clients(tls_agent: Agent, tmp_path: Path) -> None:
+    """The handshake runs on each connection's thread, not on the accepting one."""
+    import socket
+
+    idle = socket.create_connection(("127.0.0.1", tls_agent.server.port))  # says nothing
+    try:
+        answer = requests.get(
+            tls_agent.url + "/healthz", verify=str(tmp_path / "cert.pem"), timeout=5
+        )
+        assert answer.status_code == 200
+    finally:
+        idle.close()

@@ -110,3 +110,33 @@ def test_breaker_is_shared_and_needs_a_person(pg_url: str) -> None:
     assert not one.record_failure(node="f", gpu=1, run_id=None, now=NOW + 10_001).tripped
     one.dispose()
     two.dispose()
+
+
+def test_a_registry_outage_delays_a_run_by_one_retry_not_the_lease_timeout(
+    tmp_path: Path, clock: FakeClock, pg_url: str
+) -> None:
+    """The shared database goes away (here: its tables do) while a run waits for its lease:
+    the run retries every ``lease_retry_interval`` and proceeds once the registry is back."""
+    from sqlalchemy import create_engine, text
+
+    fleet = FleetConfig(max_gpus_out=8, lease_retry_interval=2.0, lease_timeout=1800.0)
+    lease = SqlFleetLease.shared(pg_url, fleet)
+    rig = make_rig(tmp_path, clock, workers_on=(3,), lease=lease, own_systemctl=True)
+    engine = create_engine(pg_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("ALTER TABLE remedy_fleet_leases RENAME TO leases_away"))
+        [run_id] = rig.fault(3)
+        for _ in range(5):
+            clock.advance(1)
+            rig.remediation.tick(clock.now())
+        assert rig.run(run_id).state is m.RunState.PLANNED  # waiting, not failed, not stuck
+        waits = [e for e in rig.sink.events if e.kind == "lease_waiting"]
+        assert waits and "fleet lease unavailable" in waits[0].message
+        with engine.begin() as conn:
+            conn.execute(text("ALTER TABLE leases_away RENAME TO remedy_fleet_leases"))
+        rig.run_until_settled(limit=300)
+        assert rig.run(run_id).state is m.RunState.DONE and rig.sim.reset_count() == 1
+    finally:
+        engine.dispose()
+        rig.close()
