@@ -279,8 +279,8 @@ FIELD_NOTES: dict[str, str] = {
     # store:
     "StoreConfig.url": (
         "A SQLAlchemy URL instead of the SQLite file, e.g. "
-        "`postgresql+psycopg2://fleetd:PASSWORD@db/fleetd_node7` (name the driver: "
-        "SQLAlchemy 2.1 reads a bare `postgresql://` as psycopg 3)."
+        "`postgresql://fleetd:PASSWORD@db/fleetd_node7` (a bare `postgresql://` gets the "
+        "installed driver, psycopg2 by default)."
     ),
     "StoreConfig.path": "The SQLite file; default `<state_dir>/fleetd.db`.",
     "StoreConfig.raw_retention": "How long raw samples (every poll) are kept.",
@@ -470,8 +470,8 @@ FIELD_NOTES: dict[str, str] = {
     # registry:
     "RegistryConfig.url": (
         "PostgreSQL URL of the fleet registry, "
-        "`postgresql+psycopg2://USER:PASSWORD@HOST/DB` (name the driver: SQLAlchemy 2.1 reads "
-        "a bare `postgresql://` as psycopg 3). Set: this node publishes its heartbeat there, "
+        "`postgresql://USER:PASSWORD@HOST/DB` (the installed driver is used, psycopg2 by "
+        "default). Set: this node publishes its heartbeat there, "
         "and remediation's cap and breaker become fleet-wide."
     ),
     "RegistryConfig.address": (
