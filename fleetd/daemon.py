@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,7 +153,9 @@ class Daemon:
         self.last_snapshot: Snapshot | None = None
         self._unsaved: list[StateChanges] = []
         self._to_notify: list[Transition] = []
-        self._to_remediate: list[Transition] = []
+        self._arriving: deque[Transition] = deque()  # from the poll, for remediation
+        self._to_remediate: list[Transition] = []  # taken from _arriving, not yet handed over
+        self._handoff_lock = threading.Lock()  # one hand-over at a time (poll or remediation)
 
         if backend is None:
             backend, sim = open_backend(config, clock)
@@ -205,7 +208,8 @@ class Daemon:
         try:
             self.config.state_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise SystemExit(f"fleetd: cannot create {self.config.state_dir}: {exc.strerror}")
+            where = self.config.state_dir
+            raise SystemExit(f"fleetd: cannot create {where}: {exc.strerror}") from None
         self.store.open(now)
         db = self.store.db
         if db is None:
@@ -370,24 +374,46 @@ class Daemon:
         here in memory, in order, and go out once it can: none is lost or reordered."""
         assert self.dispatcher is not None
         self._to_notify.extend(transitions)
-        self._to_remediate.extend(transitions)
+        self._arriving.extend(transitions)  # a deque: appending never waits
         try:
             if self._to_notify:
                 self.dispatcher.submit(self._to_notify, now)
                 self._to_notify.clear()
         except Exception as exc:
             log.warning("alert_submit_deferred", pending=len(self._to_notify), error=repr(exc))
-        if self.remediation is None:
-            self._to_remediate.clear()
+        self._hand_to_remediation(now, wait=False)
+
+    def _hand_to_remediation(self, now: float, *, wait: bool) -> None:
+        """Give waiting transitions to remediation, in order. The poll does not ``wait`` while
+        a run's step holds remediation (a ``systemctl stop`` can take minutes and the watchdog
+        expects every poll): they stay queued for the next poll or the remediation job,
+        whichever comes first."""
+        if wait:
+            self._handoff_lock.acquire()
+        elif not self._handoff_lock.acquire(blocking=False):
             return
         try:
-            if self._to_remediate:
-                self.remediation.handle(self._to_remediate, now)
+            while self._arriving:
+                self._to_remediate.append(self._arriving.popleft())
+            if self.remediation is None:
                 self._to_remediate.clear()
-        except Exception as exc:
-            log.warning(
-                "remediation_handoff_deferred", pending=len(self._to_remediate), error=repr(exc)
-            )
+                return
+            if not self._to_remediate:
+                return
+            try:
+                if wait:
+                    self.remediation.handle(self._to_remediate, now)
+                elif self.remediation.try_handle(self._to_remediate, now) is None:
+                    return
+                self._to_remediate.clear()
+            except Exception as exc:
+                log.warning(
+                    "remediation_handoff_deferred",
+                    pending=len(self._to_remediate),
+                    error=repr(exc),
+                )
+        finally:
+            self._handoff_lock.release()
 
     def _persist_alert_state(self) -> None:
         """Save alert state; on a storage error keep it and save it with the next tick's."""
@@ -465,8 +491,10 @@ class Daemon:
         """Advance remediation runs; a run never acts without its journal, so it waits too."""
         if self.remediation is None:
             return
+        now = self.now()
+        self._hand_to_remediation(now, wait=True)
         try:
-            self.remediation.tick(self.now())
+            self.remediation.tick(now)
         except Exception as exc:
             if not self.store.health().degraded:
                 raise

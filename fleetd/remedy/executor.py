@@ -91,7 +91,9 @@ class Executor:
 
     # ---- public ------------------------------------------------------------------------
     def active(self) -> list[m.Run]:
-        return sorted(self._runs.values(), key=lambda r: (r.created_at, r.run_id))
+        """The runs in progress, oldest first (a copy: other threads read it while we tick)."""
+        runs = list(self._runs.values())
+        return sorted(runs, key=lambda r: (r.created_at, r.run_id))
 
     def get(self, run_id: str) -> m.Run | None:
         return self._runs.get(run_id) or self._journal.get(run_id)

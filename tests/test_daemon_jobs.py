@@ -1,0 +1,112 @@
+"""The daemon's jobs run on a thread pool at once: none may hold up another.
+
+A remediation step can take minutes (``systemctl stop`` waits for vLLM's shutdown timeout, a
+burn-in runs for ten), while the poll must keep its cadence: systemd's watchdog expects a
+WATCHDOG=1 from every poll and restarts fleetd after ``WatchdogSec`` without one.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from fleetd.clock import FakeClock
+from fleetd.collect.amdsmi_backend import AmdSmiBackend
+from fleetd.config import FleetdConfig
+from fleetd.daemon import Daemon, SimContext
+from fleetd.sim import SimulatedAmdSmi, build_node
+
+POLL = 5.0
+JOIN_S = 10.0  # generous bound for a call that must not wait on another thread
+
+
+def blocked_remediation_config(state: Path, gate: Path) -> FleetdConfig:
+    """Remediation on, through the command adapter whose ``drain`` blocks until ``gate``
+    (a FIFO) is written: a step that takes as long as the test wants."""
+    block = [sys.executable, "-c", f"open({str(gate)!r}).read()"]
+    ok = [sys.executable, "-c", "print(0)"]
+    data: dict[str, Any] = {
+        "node": {"name": "n1"},
+        "state_dir": str(state),
+        "poll": {"interval": POLL, "gpu_timeout": 2.0},
+        "http": {"port": 0},
+        "rules": {"local_dir": None},
+        "vllm": {"workers": [{"name": "w3", "url": "http://127.0.0.1:9/", "gpus": [3]}]},
+        "remediation": {
+            "mode": "on",
+            "drain": {"balancer_delay": 0, "poll_interval": 0},
+            "workers": {
+                "adapter": "command",
+                "command_timeout": 60,
+                "commands": {"drain": block, "undrain": ok, "status": ok, "ready": ok},
+            },
+        },
+    }
+    return FleetdConfig.model_validate(data)
+
+
+def in_thread(body: Any) -> threading.Thread:
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_long_remediation_step_never_holds_up_the_poll(tmp_path: Path, clock: FakeClock) -> None:
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+    node = build_node("MI355X", seed=4, clock=clock)
+    daemon = Daemon(
+        blocked_remediation_config(tmp_path, gate),
+        clock=clock,
+        backend=AmdSmiBackend(SimulatedAmdSmi(node)),
+        sim=SimContext(node, None),
+        console_stream=io.StringIO(),
+        schedule_jobs=False,
+    )
+    daemon.start()
+    remediating: threading.Thread | None = None
+    try:
+        node.inject(3, "ecc_uncorrectable", persistent=True)
+        for _ in range(3):
+            clock.advance(POLL)
+            daemon.tick()
+        assert daemon.remediation is not None
+        assert [r.gpu_indices for r in daemon.remediation.status().active] != []
+        remediating = in_thread(daemon.remediate)  # blocks in the drain command
+        remediating.join(0.5)
+        assert remediating.is_alive(), "the drain step should be waiting on the gate"
+
+        # meanwhile a second fault fires and polls go on, without waiting for the step
+        node.inject(5, "ecc_uncorrectable", persistent=True)
+        ticks = 0
+
+        def poll_a_while() -> None:
+            nonlocal ticks
+            for _ in range(3):
+                clock.advance(POLL)
+                daemon.tick()
+                ticks += 1
+
+        polling = in_thread(poll_a_while)
+        polling.join(JOIN_S)
+        assert not polling.is_alive() and ticks == 3, "the poll waited for remediation"
+        status = in_thread(lambda: daemon.remediation.status() if daemon.remediation else None)
+        status.join(JOIN_S)
+        assert not status.is_alive(), "the status view waited for remediation"
+    finally:
+        with open(gate, "w") as writer:  # let the drain command finish
+            writer.write("go")
+        if remediating is not None:
+            remediating.join(JOIN_S)
+    try:
+        # the fault that fired during the step reaches remediation with the next job run
+        daemon.remediate()
+        assert daemon.remediation is not None
+        noted = [e.message for e in daemon.remediation.events() if e.kind == "further_trigger"]
+        assert any("GPU 5" in text for text in noted)
+    finally:
+        daemon.stop()
