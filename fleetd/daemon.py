@@ -64,6 +64,20 @@ from fleetd.store.resilient import ResilientStore
 log = get_logger("daemon")
 
 REDISCOVER_INTERVAL_S = 30.0
+RESTART_ONLY = (
+    "node",
+    "state_dir",
+    "backend",
+    "http",
+    "logging",
+    "store",
+    "vllm",
+    "api",
+    "remediation",
+    "registry",
+)
+"""Sections built into running parts at start: a reload reports a change, keeps the value."""
+POLL_RESTART_ONLY = ("gpu_timeout", "slow_interval")
 
 
 @dataclass
@@ -525,19 +539,28 @@ class Daemon:
 
     # ------------------------------------------------------------------------------ reload
     def reload(self) -> bool:
-        """SIGHUP: re-read fleetd.yaml and the rules; a bad file is logged and rejected."""
+        """SIGHUP: re-read fleetd.yaml and the rules; a bad file is logged and rejected.
+
+        Never raises: it runs on the main thread, whose loop is the daemon's life."""
         try:
             self.reload_or_raise()
         except ConfigError:
+            return False
+        except Exception as exc:
+            log.exception("config_reload_crashed", error=repr(exc))
+            self.exporter.record_config_reload(False)
+            self._ready_again()
             return False
         return True
 
     def reload_or_raise(self) -> None:
         """Re-read fleetd.yaml and the rules, all or nothing (SIGHUP and the API).
 
-        Any problem raises ConfigError and the old config and rules keep running. Sections
-        that cannot change at run time (backend, http, store, state_dir, node) are logged as
-        needing a restart and keep their running values.
+        Any problem raises ConfigError and the old config and rules keep running. Applied at
+        once: the rules and their timing, ``alerting``, ``poll.interval``. Every other
+        section (RESTART_ONLY, ``poll.gpu_timeout``/``slow_interval``) is built into running
+        parts: a change there is logged and recorded as needing a restart, and the running
+        value stays, in ``self.config`` too, so what the daemon reports is what it runs.
         """
         if self.config_path is None:
             raise ConfigError(
@@ -552,6 +575,7 @@ class Daemon:
             problems = [str(p) for p in exc.problems]
             log.error("config_reload_failed", problems=problems)
             self.exporter.record_config_reload(False)
+            self.engine.reload_rejected(problems)
             self.store.append_event(
                 "config_reload",
                 now=now,
@@ -560,17 +584,18 @@ class Daemon:
             )
             self._ready_again()
             raise
-        fixed = ("backend", "http", "store", "state_dir", "node")
-        restart_needed = [n for n in fixed if getattr(new, n) != getattr(self.config, n)]
-        kept = {n: getattr(self.config, n) for n in fixed}
-        self.engine.reload(rules)
+        new, restart_needed = self._keep_restart_only(new)
+        self.engine.try_reload(lambda: rules, engine_settings(new.rules, new.poll.interval))
         if self.dispatcher is not None:
-            self.dispatcher.reload(new.alerting, now)
+            try:
+                self.dispatcher.reload(new.alerting, now)
+            except Exception as exc:  # it runs the new routes; only its clean-up is left
+                log.warning("alert_reload_cleanup_failed", error=repr(exc))
         if new.poll.interval != self.config.poll.interval and self.scheduler.running:
             self.scheduler.reschedule_job(
                 "poll", trigger="interval", seconds=self._interval(new.poll.interval)
             )
-        self.config = new.model_copy(update=kept)
+        self.config = new
         self.exporter.record_config_reload(True)
         self.store.append_event(
             "config_reload",
@@ -582,6 +607,17 @@ class Daemon:
             log.warning("config_reload_needs_restart", sections=restart_needed)
         log.info("config_reloaded", rules=len(rules))
         self._ready_again()
+
+    def _keep_restart_only(self, new: FleetdConfig) -> tuple[FleetdConfig, list[str]]:
+        """``new`` with the running values of what only a restart applies; what changed."""
+        old = self.config
+        changed = [n for n in RESTART_ONLY if getattr(new, n) != getattr(old, n)]
+        changed += [
+            f"poll.{n}" for n in POLL_RESTART_ONLY if getattr(new.poll, n) != getattr(old.poll, n)
+        ]
+        poll = new.poll.model_copy(update={n: getattr(old.poll, n) for n in POLL_RESTART_ONLY})
+        kept: dict[str, Any] = {n: getattr(old, n) for n in RESTART_ONLY}
+        return new.model_copy(update={**kept, "poll": poll}), changed
 
     def _ready_again(self) -> None:
         snapshot = self.last_snapshot
