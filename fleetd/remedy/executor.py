@@ -31,7 +31,7 @@ from fleetd.remedy.config import RemediationConfig
 from fleetd.remedy.events import ChangeSink, EventSink, RemediationEvent, alert_key
 from fleetd.remedy.lease import FleetLease
 from fleetd.remedy.ports import GpuControl, HealthPoller
-from fleetd.remedy.workers.base import WorkerAdapter
+from fleetd.remedy.workers.base import WorkerAdapter, WorkerGone
 from fleetd.store.journal import RunJournal
 
 log = get_logger("remedy.executor")
@@ -348,6 +348,8 @@ class Executor:
     def _read_load(self, name: str) -> m.LoadResult:
         try:
             load = self._adapter.load(self._worker(name))
+        except WorkerGone as exc:
+            return m.LoadResult(name, error=_describe(exc), gone=True)
         except Exception as exc:
             return m.LoadResult(name, error=_describe(exc))
         return m.LoadResult(name, running=load.running, waiting=load.waiting)
