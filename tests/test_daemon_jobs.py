@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import socket
 import sys
 import threading
 from pathlib import Path
@@ -108,5 +109,43 @@ def test_a_long_remediation_step_never_holds_up_the_poll(tmp_path: Path, clock: 
         assert daemon.remediation is not None
         noted = [e.message for e in daemon.remediation.events() if e.kind == "further_trigger"]
         assert any("GPU 5" in text for text in noted)
+    finally:
+        daemon.stop()
+
+
+def test_a_fleet_registry_that_is_down_never_stops_the_node_daemon(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """The registry carries the heartbeat and the fleet-wide cap; without it the node must
+    still start, poll and alert (no lease is granted until it answers)."""
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cfg = FleetdConfig.model_validate(
+        {
+            "node": {"name": "n1"},
+            "state_dir": str(tmp_path),
+            "http": {"port": 0},
+            "rules": {"local_dir": None},
+            "registry": {"url": f"postgresql://fleet:pw@127.0.0.1:{port}/fleet", "timeout": 1},
+        }
+    )
+    node = build_node("MI355X", seed=9, clock=clock)
+    daemon = Daemon(
+        cfg,
+        clock=clock,
+        backend=AmdSmiBackend(SimulatedAmdSmi(node)),
+        sim=SimContext(node, None),
+        console_stream=io.StringIO(),
+        schedule_jobs=False,
+    )
+    daemon.start()
+    try:
+        clock.advance(POLL)
+        daemon.tick()
+        daemon.remediate()
+        assert daemon.heartbeat is not None
+        assert daemon.heartbeat.beat(clock.now()) is False
+        assert daemon.last_snapshot is not None and len(daemon.last_snapshot.gpus) == 8
     finally:
         daemon.stop()

@@ -11,7 +11,6 @@ The registry has its own MetaData: it is a shared database, not a node's local s
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -35,6 +34,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from fleetd.registry.reader import RegistryError, describe_error
 from fleetd.registry.summary import NodeSummary, summarize
+from fleetd.store.db import engine_url
 
 REGISTRY_METADATA = MetaData()
 
@@ -61,17 +61,8 @@ nodes_table = Table(
 )
 
 
-def postgres_driver_url(url: str) -> str:
-    """``postgresql://`` with the driver that is installed (psycopg 3, else psycopg2)."""
-    scheme, sep, rest = url.partition("://")
-    if sep and scheme in ("postgresql", "postgres"):
-        driver = "psycopg" if importlib.util.find_spec("psycopg") else "psycopg2"
-        return f"postgresql+{driver}://{rest}"
-    return url
-
-
 def _engine(url: str, timeout: float) -> Engine:
-    url = postgres_driver_url(url)
+    url = engine_url(url)
     try:
         if url.startswith("postgresql"):
             return create_engine(

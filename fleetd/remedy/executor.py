@@ -78,12 +78,25 @@ class Executor:
             self._seq[run.run_id] = journal.last_seq(run.run_id)
             self._resume.add(run.run_id)
             log.info("remediation_run_resumed", run_id=run.run_id, state=run.state.value)
+        self._stale_leases_checked = False
+        self._lease_unreadable_logged = False
         self._release_stale_leases()
 
     def _release_stale_leases(self) -> None:
         """A daemon killed between concluding a run and releasing its lease leaves the lease
-        behind; the journal says whether its run still needs it."""
-        for run_id in self._lease.leases(self.node):
+        behind; the journal says whether its run still needs it. A fleet registry that is
+        down must not stop the agent from starting: then the next tick tries again."""
+        if self._stale_leases_checked:
+            return
+        try:
+            held = self._lease.leases(self.node)
+        except Exception as exc:
+            if not self._lease_unreadable_logged:  # once, not every tick of an outage
+                log.warning("remediation_leases_unreadable", error=_describe(exc))
+                self._lease_unreadable_logged = True
+            return
+        self._stale_leases_checked = True
+        for run_id in held:
             run = self._runs.get(run_id) or self._journal.get(run_id)
             if run is None or (run.terminal and not run.holding):
                 self._lease.release(run_id)
@@ -130,6 +143,7 @@ class Executor:
 
     def tick(self, now: float) -> None:
         """Resume restarted runs, advance every run whose wait is over, retry deliveries."""
+        self._release_stale_leases()
         self.redeliver(now)
         for run in self.active():
             if run.run_id in self._resume:

@@ -19,6 +19,7 @@ SQLite specifics, all for crash safety and a bounded file:
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -36,6 +37,19 @@ Synchronous = Literal["off", "normal", "full"]
 
 _IMMEDIATE = "fleetd_sqlite_immediate"
 _WAL_LIMIT_BYTES = 16 * 1024 * 1024
+
+
+def engine_url(url: str) -> str:
+    """``url`` with an installed PostgreSQL driver named (psycopg 3, else psycopg2).
+
+    SQLAlchemy 2.1 reads a bare ``postgresql://`` as psycopg 3; fleetd depends on psycopg2.
+    Every place that opens a database from a URL an operator wrote goes through here.
+    """
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme in ("postgresql", "postgres"):
+        driver = "psycopg" if importlib.util.find_spec("psycopg") else "psycopg2"
+        return f"postgresql+{driver}://{rest}"
+    return url
 
 
 def sqlite_url(path: str | Path) -> str:
@@ -113,7 +127,7 @@ class Database:
                 engine = create_engine(url, pool_size=4, max_overflow=4)
             _install_sqlite_hooks(engine, busy_timeout, synchronous)
         else:
-            engine = create_engine(url, pool_pre_ping=True, pool_size=4, max_overflow=4)
+            engine = create_engine(engine_url(url), pool_pre_ping=True, pool_size=4, max_overflow=4)
         db = cls(engine)
         if upgrade:
             try:
