@@ -148,8 +148,10 @@ class Daemon:
         console_stream: TextIO | None = None,
         remediation_observer: ChangeSink | None = None,
         schedule_jobs: bool = True,
+        loader: Callable[[Path], FleetdConfig] = load_config,
     ) -> None:
         self.config = config
+        self.loader = loader  # how a reload reads config_path (``run`` adds --simulate)
         self.clock = clock
         self.config_path = config_path
         self.notifier = notifier or Notifier()
@@ -569,7 +571,7 @@ class Daemon:
         self.notifier.reloading()
         now = self.now()
         try:
-            new = load_config(self.config_path)
+            new = self.loader(self.config_path)
             rules = load_rules(new.rules)
         except ConfigError as exc:
             problems = [str(p) for p in exc.problems]

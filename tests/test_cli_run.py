@@ -127,3 +127,7 @@ def test_ready_reload_and_graceful_stop(
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
     notify.wait_for("STOPPING=1")
+    assert proc.stderr is not None
+    log = proc.stderr.read()
+    # --simulate holds across reloads: the file's backend is not "a change needing a restart"
+    assert "config_reloaded" in log and "config_reload_needs_restart" not in log

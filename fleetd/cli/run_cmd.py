@@ -62,7 +62,12 @@ def run(config_path: Path | None, simulate: str | None, log_format: str | None) 
     from fleetd.daemon import Daemon  # heavy imports after argument parsing
 
     try:
-        daemon = Daemon(config, clock=SystemClock(), config_path=used)
+        daemon = Daemon(
+            config,
+            clock=SystemClock(),
+            config_path=used,
+            loader=lambda path: resolve_config(path, simulate)[0],
+        )
     except BackendError as exc:
         click.echo(f"fleetd: {exc}", err=True)
         sys.exit(2)
