@@ -46,6 +46,13 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
         load_config(tmp_path / "absent.yaml")
 
 
+def test_a_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "fleetd.yaml"
+    path.write_bytes(b"node: {name: \xff\xfe}\n")
+    with pytest.raises(ConfigError, match=f"{path}: not UTF-8 text"):
+        load_config(path)
+
+
 def test_empty_file_gives_defaults(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, ""))
     assert config.poll.interval == 5.0
