@@ -17,7 +17,7 @@ from __future__ import annotations
 import signal
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -42,10 +42,11 @@ from fleetd.collect.vllm import TokensPerJouleTracker, VllmScraper
 from fleetd.config import FleetdConfig, load_config
 from fleetd.errors import ConfigError, Problem
 from fleetd.logs import get_logger
-from fleetd.model import HealthState, Reading, Snapshot, Transition
+from fleetd.model import GpuIdentity, HealthState, Reading, Snapshot, Transition
 from fleetd.registry.heartbeat import RegistryHeartbeat, default_address
 from fleetd.remedy.events import ChangeSink, RemediationEvent
 from fleetd.remedy.notify import DispatcherSink, EventLogSink
+from fleetd.remedy.ports import ProcessInfo
 from fleetd.remedy.service import Remediation
 from fleetd.remedy.wiring import build_remediation
 from fleetd.rules.config import engine_settings, load_rules
@@ -129,6 +130,40 @@ class SerialPoller:
     def close(self) -> None:
         with self._lock:
             self._poller.close()
+
+    def rediscover(self, backend: AmdSmiBackend) -> list[GpuIdentity]:
+        """Re-initialise amdsmi between two polls, never during one: ``amdsmi_shut_down``
+        invalidates the handles a poll's per-GPU calls are using (amdsmi.md: keep calls
+        on one thread or behind a lock)."""
+        with self._lock:
+            return backend.rediscover()
+
+
+class PollSafeBackend:
+    """The backend as remediation drives it (``GpuControl``): its rediscovery after a reset
+    waits for a running poll, like the daemon's own."""
+
+    def __init__(self, backend: AmdSmiBackend, poller: SerialPoller) -> None:
+        self._backend = backend
+        self._poller = poller
+
+    def gpus(self) -> list[GpuIdentity]:
+        return self._backend.gpus()
+
+    def reset_unit(self, index: int) -> list[int]:
+        return self._backend.reset_unit(index)
+
+    def reset_gpu(self, index: int) -> None:
+        self._backend.reset_gpu(index)
+
+    def processes(self, index: int) -> Sequence[ProcessInfo]:
+        return self._backend.processes(index)
+
+    def compute_processes(self) -> list[int]:
+        return self._backend.compute_processes()
+
+    def rediscover(self) -> list[GpuIdentity]:
+        return self._poller.rediscover(self._backend)
 
 
 class Daemon:
@@ -253,7 +288,7 @@ class Daemon:
         self.remediation = build_remediation(
             self.config,
             db=db,
-            backend=self.backend,
+            backend=PollSafeBackend(self.backend, self.poller),
             poller=self.poller,
             clock=self.clock,
             sink=FanoutSink(sinks),
@@ -523,7 +558,7 @@ class Daemon:
             self.backend.present(g.index) for g in self.backend.gpus()
         ):
             self._last_rediscover = now
-            found = self.backend.rediscover()
+            found = self.poller.rediscover(self.backend)
             log.info("gpus_rediscovered", gpus=len(found))
 
     def scrape_vllm(self) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 from fleetd.clock import FakeClock
 from fleetd.collect.amdsmi_backend import AmdSmiBackend
 from fleetd.config import FleetdConfig
-from fleetd.daemon import Daemon, SimContext
+from fleetd.daemon import REDISCOVER_INTERVAL_S, Daemon, SimContext
 from fleetd.sim import SimulatedAmdSmi, build_node
 
 POLL = 5.0
@@ -148,4 +148,51 @@ def test_a_fleet_registry_that_is_down_never_stops_the_node_daemon(
         assert daemon.heartbeat.beat(clock.now()) is False
         assert daemon.last_snapshot is not None and len(daemon.last_snapshot.gpus) == 8
     finally:
+        daemon.stop()
+
+
+def test_gpu_rediscovery_waits_for_the_poll_in_progress(tmp_path: Path, clock: FakeClock) -> None:
+    """Rediscovery shuts amdsmi down and initialises it again: the handles a poll is using
+    go stale under it. The store job rediscovers while a GPU is missing, so it must wait."""
+    cfg = FleetdConfig.model_validate(
+        {
+            "node": {"name": "n1"},
+            "state_dir": str(tmp_path),
+            "poll": {"interval": POLL, "gpu_timeout": 60.0},
+            "http": {"port": 0},
+            "rules": {"local_dir": None},
+        }
+    )
+    node = build_node("MI355X", seed=10, clock=clock)
+    daemon = Daemon(
+        cfg,
+        clock=clock,
+        backend=AmdSmiBackend(SimulatedAmdSmi(node)),
+        sim=SimContext(node, None),
+        console_stream=io.StringIO(),
+        schedule_jobs=False,
+    )
+    daemon.start()
+    polling: threading.Thread | None = None
+    try:
+        node.inject(7, "gpu_off_bus")
+        daemon.backend.rediscover()  # as after a reset: GPU 7 is known missing now
+        assert not daemon.backend.present(7)
+        node.inject(0, "hung_call", function="amdsmi_get_power_info")
+        clock.advance(POLL)
+        polling = in_thread(daemon.tick)
+        polling.join(0.5)
+        assert polling.is_alive(), "the poll should be blocked in GPU 0's hung call"
+        clock.advance(REDISCOVER_INTERVAL_S)
+        rediscovering = in_thread(daemon.maintain)
+        rediscovering.join(0.5)
+        assert rediscovering.is_alive(), "rediscovery ran while a poll was in progress"
+        node.release_hangs()
+        polling.join(JOIN_S)
+        rediscovering.join(JOIN_S)
+        assert not polling.is_alive() and not rediscovering.is_alive()
+    finally:
+        node.release_hangs()
+        if polling is not None:
+            polling.join(JOIN_S)
         daemon.stop()
