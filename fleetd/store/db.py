@@ -26,7 +26,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Literal
 
-from sqlalchemy import Connection, Engine, create_engine, event, inspect, select, text
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, make_url, select, text
 from sqlalchemy.pool import StaticPool
 
 from fleetd import __version__
@@ -50,6 +50,17 @@ def engine_url(url: str) -> str:
         driver = "psycopg" if importlib.util.find_spec("psycopg") else "psycopg2"
         return f"postgresql+{driver}://{rest}"
     return url
+
+
+def check_url(url: str) -> None:
+    """Raise ValueError when ``url`` is not a database URL fleetd can open. The message
+    never repeats the URL: it may carry a password."""
+    try:
+        make_url(engine_url(url)).get_dialect()
+    except Exception:
+        raise ValueError(
+            "not a usable database URL (dialect[+driver]://user:password@host:port/database)"
+        ) from None
 
 
 def sqlite_url(path: str | Path) -> str:
