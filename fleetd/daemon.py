@@ -198,6 +198,7 @@ class Daemon:
         self.heartbeat: RegistryHeartbeat | None = None
         self._stop = threading.Event()
         self._reload_requested = threading.Event()
+        self._reload_lock = threading.Lock()
         self._started = False
         self._ready_sent = False
         self._last_rediscover = 0.0
@@ -385,6 +386,9 @@ class Daemon:
             self.http = None
         if self.dispatcher is not None:
             self.dispatcher.close()
+        if self.heartbeat is not None:
+            self.heartbeat.close()
+            self.heartbeat = None
         self.poller.close()
         self.backend.close()
         self.store.close()
@@ -603,10 +607,14 @@ class Daemon:
             raise ConfigError(
                 [Problem("<built-in config>", None, None, "", "no config file to reload")]
             )
+        with self._reload_lock:  # SIGHUP (main thread) and the API may ask at once
+            self._reload(self.config_path)
+
+    def _reload(self, config_path: Path) -> None:
         self.notifier.reloading()
         now = self.now()
         try:
-            new = self.loader(self.config_path)
+            new = self.loader(config_path)
             rules = load_rules(new.rules)
         except ConfigError as exc:
             problems = [str(p) for p in exc.problems]
