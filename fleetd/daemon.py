@@ -52,7 +52,7 @@ from fleetd.remedy.wiring import build_remediation
 from fleetd.rules.config import engine_settings, load_rules
 from fleetd.rules.engine import RuleEngine
 from fleetd.rules.metrics import rule_readings
-from fleetd.rules.state import StateChanges
+from fleetd.rules.state import StateChanges, merge_changes
 from fleetd.sdnotify import Notifier, watchdog_interval
 from fleetd.sim import ScenarioRunner, SimNode, SimulatedAmdSmi, build_node, load_scenario
 from fleetd.store.alert_state import AlertStateStore
@@ -471,14 +471,16 @@ class Daemon:
             self._handoff_lock.release()
 
     def _persist_alert_state(self) -> None:
-        """Save alert state; on a storage error keep it and save it with the next tick's."""
-        self._unsaved.append(self.engine.take_changes())
+        """Save alert state; on a storage error keep it, merged with the next tick's, so the
+        end of an outage costs one transaction however long it lasted."""
+        pending = merge_changes([*self._unsaved, self.engine.take_changes()])
+        self._unsaved = [pending]
         try:
-            while self._unsaved:
-                self.alert_state.save(self._unsaved[0])
-                self._unsaved.pop(0)
+            self.alert_state.save(pending)
         except Exception as exc:
-            log.warning("alert_state_save_failed", pending=len(self._unsaved), error=repr(exc))
+            log.warning("alert_state_save_failed", error=repr(exc))
+            return
+        self._unsaved = []
 
     def _publish_self_metrics(self, now: float) -> list[Reading]:
         """Export rule, alert, store and remediation metrics. Health and storage state also
