@@ -24,6 +24,7 @@ from fleetd.logs import get_logger
 log = get_logger("http")
 
 MAX_BODY_BYTES = 1 << 20
+CONNECTION_TIMEOUT_S = 30.0  # per connection: TLS handshake, request line, headers, body
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +142,16 @@ class _Handler(BaseHTTPRequestHandler):
     router: Router
     server_version = "fleetd"
     sys_version = ""
+    timeout = CONNECTION_TIMEOUT_S  # a client that stops talking frees its thread
+
+    def setup(self) -> None:
+        """The TLS handshake happens here, on this connection's own thread with its
+        timeout: done in the accepting thread, one silent client would stall every other
+        (Prometheus, fleetctl) and ``stop``."""
+        self.request.settimeout(self.timeout)
+        if isinstance(self.request, ssl.SSLSocket):
+            self.request.do_handshake()
+        super().setup()
 
     def _handle(self) -> None:
         parts = urlsplit(self.path)
@@ -216,7 +227,9 @@ class HttpServer:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.minimum_version = ssl.TLSVersion.TLSv1_2
             context.load_cert_chain(tls_cert, tls_key)
-            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+            self._server.socket = context.wrap_socket(
+                self._server.socket, server_side=True, do_handshake_on_connect=False
+            )
         self._thread: threading.Thread | None = None
 
     @property
