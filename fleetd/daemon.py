@@ -414,9 +414,10 @@ class Daemon:
         assert self.query is not None and self.dispatcher is not None
         transitions = self.engine.evaluate(self.query, now)
         # the outbox first: if we die before the state is saved, the restored engine sees the
-        # transition again and the dispatcher (which already has it) does not send it twice
+        # transition again and the dispatcher (which already has it) does not send it twice.
+        # So the state waits while a hand-off waits: saved first, a crash would lose it.
         self._hand_off(transitions, now)
-        self._persist_alert_state()
+        self._persist_alert_state(hold=self._handoff_pending())
         derived = self._publish_self_metrics(now)
         self.store.append([*snapshot.readings, *derived], now=now)
         self._report_progress(snapshot)
@@ -470,11 +471,17 @@ class Daemon:
         finally:
             self._handoff_lock.release()
 
-    def _persist_alert_state(self) -> None:
-        """Save alert state; on a storage error keep it, merged with the next tick's, so the
-        end of an outage costs one transaction however long it lasted."""
+    def _handoff_pending(self) -> bool:
+        """Transitions not yet durable in the outbox or remediation's journal."""
+        return bool(self._to_notify or self._arriving or self._to_remediate)
+
+    def _persist_alert_state(self, *, hold: bool = False) -> None:
+        """Save alert state (unless told to ``hold`` it); what is not saved is kept, merged
+        with the next tick's, so the end of an outage costs one transaction."""
         pending = merge_changes([*self._unsaved, self.engine.take_changes()])
         self._unsaved = [pending]
+        if hold:
+            return
         try:
             self.alert_state.save(pending)
         except Exception as exc:

@@ -19,7 +19,9 @@ from fleetd.clock import FakeClock
 from fleetd.collect.amdsmi_backend import AmdSmiBackend
 from fleetd.config import FleetdConfig
 from fleetd.daemon import REDISCOVER_INTERVAL_S, Daemon, SimContext
+from fleetd.model import AlertState
 from fleetd.sim import SimulatedAmdSmi, build_node
+from fleetd.store.alert_state import AlertStateStore
 
 POLL = 5.0
 JOIN_S = 10.0  # generous bound for a call that must not wait on another thread
@@ -48,6 +50,17 @@ def blocked_remediation_config(state: Path, gate: Path) -> FleetdConfig:
         },
     }
     return FleetdConfig.model_validate(data)
+
+
+def saved_firing_gpus(daemon: Daemon, rule: str) -> set[str]:
+    """GPUs whose ``rule`` alert the database holds as firing (what a restart restores)."""
+    assert daemon.store.db is not None
+    entries, _ = AlertStateStore(daemon.store.db).load()
+    return {
+        dict(e.alert.labels)["gpu"]
+        for e in entries
+        if e.alert.key.rule == rule and e.alert.state == AlertState.FIRING
+    }
 
 
 def in_thread(body: Any) -> threading.Thread:
@@ -95,6 +108,15 @@ def test_a_long_remediation_step_never_holds_up_the_poll(tmp_path: Path, clock: 
         polling = in_thread(poll_a_while)
         polling.join(JOIN_S)
         assert not polling.is_alive() and ticks == 3, "the poll waited for remediation"
+        # not yet in remediation's journal, so not yet saved as firing: after a crash now,
+        # the restored engine fires it again and remediation still gets it
+        firing_now = {
+            dict(a.labels)["gpu"]
+            for a in daemon.engine.alerts()
+            if a.key.rule == "GpuEccUncorrectableError" and a.state == AlertState.FIRING
+        }
+        assert "5" in firing_now
+        assert "5" not in saved_firing_gpus(daemon, "GpuEccUncorrectableError")
         status = in_thread(lambda: daemon.remediation.status() if daemon.remediation else None)
         status.join(JOIN_S)
         assert not status.is_alive(), "the status view waited for remediation"
@@ -109,6 +131,10 @@ def test_a_long_remediation_step_never_holds_up_the_poll(tmp_path: Path, clock: 
         assert daemon.remediation is not None
         noted = [e.message for e in daemon.remediation.events() if e.kind == "further_trigger"]
         assert any("GPU 5" in text for text in noted)
+        # handed over: the next poll saves the alert state that was held back meanwhile
+        clock.advance(POLL)
+        daemon.tick()
+        assert "5" in saved_firing_gpus(daemon, "GpuEccUncorrectableError")
     finally:
         daemon.stop()
 
