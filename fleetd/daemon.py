@@ -297,9 +297,16 @@ class Daemon:
         )
         self._mount_routes()
         http = self.config.http
-        self.http = HttpServer(
-            self.router, http.bind, http.port, tls_cert=http.tls_cert, tls_key=http.tls_key
-        )
+        try:
+            self.http = HttpServer(
+                self.router, http.bind, http.port, tls_cert=http.tls_cert, tls_key=http.tls_key
+            )
+        except OSError as exc:  # port in use, address not on this host, TLS files unreadable
+            why = exc.strerror or str(exc)
+            listen = f"{http.bind}:{http.port}"
+            raise SystemExit(
+                f"fleetd: cannot serve HTTP on {listen}: {why} (http: in the config)"
+            ) from None
         self.http.start()
         log.info("http_listening", address=self.http.address)
         self.tick()

@@ -53,6 +53,20 @@ def test_bad_config_lists_every_problem_and_exits_1(tmp_path: Path) -> None:
     assert err.count(str(config)) == 3 and "Traceback" not in err
 
 
+def test_a_port_in_use_is_one_clear_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = tmp_path / "fleetd.yaml"
+        config.write_text(f"state_dir: {tmp_path}\nhttp: {{port: {port}}}\n")
+        proc = fleetd("run", "--config", str(config), "--simulate", "healthy")
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert f"fleetd: cannot serve HTTP on 127.0.0.1:{port}" in err
+    assert "Traceback" not in err
+
+
 class Notifications:
     """The datagram socket systemd would listen on."""
 
