@@ -53,6 +53,19 @@ def test_bad_config_lists_every_problem_and_exits_1(tmp_path: Path) -> None:
     assert err.count(str(config)) == 3 and "Traceback" not in err
 
 
+def test_a_bad_rule_file_lists_its_problems_and_exits_1(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.d"
+    rules.mkdir()
+    (rules / "bad.yaml").write_text("rules:\n  - name: X\n    expr: up > 1\n")
+    config = tmp_path / "fleetd.yaml"
+    config.write_text(f"state_dir: {tmp_path}\nhttp: {{port: 0}}\nrules: {{local_dir: {rules}}}\n")
+    proc = fleetd("run", "--config", str(config), "--simulate", "healthy")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert f"{rules / 'bad.yaml'}:2:5: rules[0].severity: required key is missing" in err
+    assert "Traceback" not in err
+
+
 def test_a_port_in_use_is_one_clear_line(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -71,6 +71,10 @@ def run(config_path: Path | None, simulate: str | None, log_format: str | None) 
     except BackendError as exc:
         click.echo(f"fleetd: {exc}", err=True)
         sys.exit(2)
+    except ConfigError as exc:  # the rule files, loaded with the daemon
+        for problem in exc.problems:
+            click.echo(str(problem), err=True)
+        sys.exit(1)
     daemon.install_signal_handlers()
     try:
         daemon.start()
