@@ -148,15 +148,24 @@ def _message(err: Any) -> str:
     return msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
 
 
-def load_file(model: type[M], path: str | Path) -> M:
-    """Read, parse and validate one YAML file against ``model``."""
+def read_text(path: str | Path) -> str:
+    """A config, rule or inventory file's text; ConfigError naming it when it cannot be
+    read or is not UTF-8 (never a traceback)."""
     filename = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(
             [Problem(filename, None, None, "", f"cannot read: {exc.strerror}")]
         ) from None
+    except UnicodeDecodeError:
+        raise ConfigError([Problem(filename, None, None, "", "not UTF-8 text")]) from None
+
+
+def load_file(model: type[M], path: str | Path) -> M:
+    """Read, parse and validate one YAML file against ``model``."""
+    filename = str(path)
+    text = read_text(path)
     data, marks = load_yaml(text, filename)
     return validate(model, data, marks, filename)
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -41,16 +42,17 @@ from fleetd.collect.vllm import TokensPerJouleTracker, VllmScraper
 from fleetd.config import FleetdConfig, load_config
 from fleetd.errors import ConfigError, Problem
 from fleetd.logs import get_logger
-from fleetd.model import HealthState, Reading, Snapshot, Transition
+from fleetd.model import GpuIdentity, HealthState, Reading, Snapshot, Transition
 from fleetd.registry.heartbeat import RegistryHeartbeat, default_address
 from fleetd.remedy.events import ChangeSink, RemediationEvent
 from fleetd.remedy.notify import DispatcherSink, EventLogSink
+from fleetd.remedy.ports import ProcessInfo
 from fleetd.remedy.service import Remediation
 from fleetd.remedy.wiring import build_remediation
 from fleetd.rules.config import engine_settings, load_rules
 from fleetd.rules.engine import RuleEngine
 from fleetd.rules.metrics import rule_readings
-from fleetd.rules.state import StateChanges
+from fleetd.rules.state import StateChanges, merge_changes
 from fleetd.sdnotify import Notifier, watchdog_interval
 from fleetd.sim import ScenarioRunner, SimNode, SimulatedAmdSmi, build_node, load_scenario
 from fleetd.store.alert_state import AlertStateStore
@@ -63,20 +65,20 @@ from fleetd.store.resilient import ResilientStore
 log = get_logger("daemon")
 
 REDISCOVER_INTERVAL_S = 30.0
-
-HOT = ("rules", "alerting", "poll")
-"""Sections a reload applies: the rule files, alert routing and receivers, the poll interval.
-Everything else (remediation, api, vllm, registry, store, …) needs a restart; a reload that
-changes them logs ``config_reload_needs_restart`` and keeps them as they run."""
-
-RULE_TIMINGS = (
-    "stale_polls",
-    "no_data_hold",
-    "resolved_retention",
-    "outage_tolerance",
-    "for_grace_period",
+RESTART_ONLY = (
+    "node",
+    "state_dir",
+    "backend",
+    "http",
+    "logging",
+    "store",
+    "vllm",
+    "api",
+    "remediation",
+    "registry",
 )
-"""Rule-engine settings fixed at start-up (the rule files themselves reload)."""
+"""Sections built into running parts at start: a reload reports a change, keeps the value."""
+POLL_RESTART_ONLY = ("gpu_timeout", "slow_interval")
 
 
 @dataclass
@@ -129,6 +131,40 @@ class SerialPoller:
         with self._lock:
             self._poller.close()
 
+    def rediscover(self, backend: AmdSmiBackend) -> list[GpuIdentity]:
+        """Re-initialise amdsmi between two polls, never during one: ``amdsmi_shut_down``
+        invalidates the handles a poll's per-GPU calls are using (amdsmi.md: keep calls
+        on one thread or behind a lock)."""
+        with self._lock:
+            return backend.rediscover()
+
+
+class PollSafeBackend:
+    """The backend as remediation drives it (``GpuControl``): its rediscovery after a reset
+    waits for a running poll, like the daemon's own."""
+
+    def __init__(self, backend: AmdSmiBackend, poller: SerialPoller) -> None:
+        self._backend = backend
+        self._poller = poller
+
+    def gpus(self) -> list[GpuIdentity]:
+        return self._backend.gpus()
+
+    def reset_unit(self, index: int) -> list[int]:
+        return self._backend.reset_unit(index)
+
+    def reset_gpu(self, index: int) -> None:
+        self._backend.reset_gpu(index)
+
+    def processes(self, index: int) -> Sequence[ProcessInfo]:
+        return self._backend.processes(index)
+
+    def compute_processes(self) -> list[int]:
+        return self._backend.compute_processes()
+
+    def rediscover(self) -> list[GpuIdentity]:
+        return self._poller.rediscover(self._backend)
+
 
 class Daemon:
     """Everything fleetd runs on one node; ``start`` → ``run_until_stopped`` → ``stop``."""
@@ -147,8 +183,10 @@ class Daemon:
         console_stream: TextIO | None = None,
         remediation_observer: ChangeSink | None = None,
         schedule_jobs: bool = True,
+        loader: Callable[[Path], FleetdConfig] = load_config,
     ) -> None:
         self.config = config
+        self.loader = loader  # how a reload reads config_path (``run`` adds --simulate)
         self.clock = clock
         self.config_path = config_path
         self.notifier = notifier or Notifier()
@@ -160,13 +198,16 @@ class Daemon:
         self.heartbeat: RegistryHeartbeat | None = None
         self._stop = threading.Event()
         self._reload_requested = threading.Event()
+        self._reload_lock = threading.Lock()
         self._started = False
         self._ready_sent = False
         self._last_rediscover = 0.0
         self.last_snapshot: Snapshot | None = None
         self._unsaved: list[StateChanges] = []
         self._to_notify: list[Transition] = []
-        self._to_remediate: list[Transition] = []
+        self._arriving: deque[Transition] = deque()  # from the poll, for remediation
+        self._to_remediate: list[Transition] = []  # taken from _arriving, not yet handed over
+        self._handoff_lock = threading.Lock()  # one hand-over at a time (poll or remediation)
 
         rules = load_rules(config.rules)  # bad rule files fail before the GPUs are touched
         if backend is None:
@@ -220,9 +261,8 @@ class Daemon:
         try:
             self.config.state_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise SystemExit(
-                f"fleetd: cannot create {self.config.state_dir}: {exc.strerror}"
-            ) from None
+            where = self.config.state_dir
+            raise SystemExit(f"fleetd: cannot create {where}: {exc.strerror}") from None
         self.store.open(now)
         db = self.store.db
         if db is None:
@@ -250,7 +290,7 @@ class Daemon:
         self.remediation = build_remediation(
             self.config,
             db=db,
-            backend=self.backend,
+            backend=PollSafeBackend(self.backend, self.poller),
             poller=self.poller,
             clock=self.clock,
             sink=FanoutSink(sinks),
@@ -258,9 +298,16 @@ class Daemon:
         )
         self._mount_routes()
         http = self.config.http
-        self.http = HttpServer(
-            self.router, http.bind, http.port, tls_cert=http.tls_cert, tls_key=http.tls_key
-        )
+        try:
+            self.http = HttpServer(
+                self.router, http.bind, http.port, tls_cert=http.tls_cert, tls_key=http.tls_key
+            )
+        except OSError as exc:  # port in use, address not on this host, TLS files unreadable
+            why = exc.strerror or str(exc)
+            listen = f"{http.bind}:{http.port}"
+            raise SystemExit(
+                f"fleetd: cannot serve HTTP on {listen}: {why} (http: in the config)"
+            ) from None
         self.http.start()
         log.info("http_listening", address=self.http.address)
         self.tick()
@@ -350,6 +397,9 @@ class Daemon:
             self.http = None
         if self.dispatcher is not None:
             self.dispatcher.close()
+        if self.heartbeat is not None:
+            self.heartbeat.close()
+            self.heartbeat = None
         self.poller.close()
         self.backend.close()
         self.store.close()
@@ -375,9 +425,10 @@ class Daemon:
         assert self.query is not None and self.dispatcher is not None
         transitions = self.engine.evaluate(self.query, now)
         # the outbox first: if we die before the state is saved, the restored engine sees the
-        # transition again and the dispatcher (which already has it) does not send it twice
+        # transition again and the dispatcher (which already has it) does not send it twice.
+        # So the state waits while a hand-off waits: saved first, a crash would lose it.
         self._hand_off(transitions, now)
-        self._persist_alert_state()
+        self._persist_alert_state(hold=self._handoff_pending())
         derived = self._publish_self_metrics(now)
         self.store.append([*snapshot.readings, *derived], now=now)
         self._report_progress(snapshot)
@@ -390,34 +441,64 @@ class Daemon:
         here in memory, in order, and go out once it can: none is lost or reordered."""
         assert self.dispatcher is not None
         self._to_notify.extend(transitions)
-        self._to_remediate.extend(transitions)
+        self._arriving.extend(transitions)  # a deque: appending never waits
         try:
             if self._to_notify:
                 self.dispatcher.submit(self._to_notify, now)
                 self._to_notify.clear()
         except Exception as exc:
             log.warning("alert_submit_deferred", pending=len(self._to_notify), error=repr(exc))
-        if self.remediation is None:
-            self._to_remediate.clear()
+        self._hand_to_remediation(now, wait=False)
+
+    def _hand_to_remediation(self, now: float, *, wait: bool) -> None:
+        """Give waiting transitions to remediation, in order. The poll does not ``wait`` while
+        a run's step holds remediation (a ``systemctl stop`` can take minutes and the watchdog
+        expects every poll): they stay queued for the next poll or the remediation job,
+        whichever comes first."""
+        if wait:
+            self._handoff_lock.acquire()
+        elif not self._handoff_lock.acquire(blocking=False):
             return
         try:
-            if self._to_remediate:
-                self.remediation.handle(self._to_remediate, now)
+            while self._arriving:
+                self._to_remediate.append(self._arriving.popleft())
+            if self.remediation is None:
                 self._to_remediate.clear()
-        except Exception as exc:
-            log.warning(
-                "remediation_handoff_deferred", pending=len(self._to_remediate), error=repr(exc)
-            )
+                return
+            if not self._to_remediate:
+                return
+            try:
+                if wait:
+                    self.remediation.handle(self._to_remediate, now)
+                elif self.remediation.try_handle(self._to_remediate, now) is None:
+                    return
+                self._to_remediate.clear()
+            except Exception as exc:
+                log.warning(
+                    "remediation_handoff_deferred",
+                    pending=len(self._to_remediate),
+                    error=repr(exc),
+                )
+        finally:
+            self._handoff_lock.release()
 
-    def _persist_alert_state(self) -> None:
-        """Save alert state; on a storage error keep it and save it with the next tick's."""
-        self._unsaved.append(self.engine.take_changes())
+    def _handoff_pending(self) -> bool:
+        """Transitions not yet durable in the outbox or remediation's journal."""
+        return bool(self._to_notify or self._arriving or self._to_remediate)
+
+    def _persist_alert_state(self, *, hold: bool = False) -> None:
+        """Save alert state (unless told to ``hold`` it); what is not saved is kept, merged
+        with the next tick's, so the end of an outage costs one transaction."""
+        pending = merge_changes([*self._unsaved, self.engine.take_changes()])
+        self._unsaved = [pending]
+        if hold:
+            return
         try:
-            while self._unsaved:
-                self.alert_state.save(self._unsaved[0])
-                self._unsaved.pop(0)
+            self.alert_state.save(pending)
         except Exception as exc:
-            log.warning("alert_state_save_failed", pending=len(self._unsaved), error=repr(exc))
+            log.warning("alert_state_save_failed", error=repr(exc))
+            return
+        self._unsaved = []
 
     def _publish_self_metrics(self, now: float) -> list[Reading]:
         """Export rule, alert, store and remediation metrics. Health and storage state also
@@ -445,6 +526,17 @@ class Daemon:
             return
         self.exporter.update_group(group, readings)
 
+    def watchdog(self) -> None:
+        """WATCHDOG=1 between polls, but only while polls keep finishing on time: a hung
+        loop stops the pings and systemd restarts the daemon."""
+        snapshot = self.last_snapshot
+        poll = self.config.poll
+        if (
+            snapshot is not None
+            and self.now() - snapshot.ts <= 2 * poll.interval + poll.gpu_timeout
+        ):
+            self.notifier.watchdog()
+
     def _report_progress(self, snapshot: Snapshot) -> None:
         summary = self.status_line(snapshot)
         if not self._ready_sent:
@@ -470,17 +562,6 @@ class Daemon:
             parts.append("storage degraded")
         return "; ".join(parts)
 
-    def watchdog(self) -> None:
-        """WATCHDOG=1 between polls, but only while polls keep finishing on time: a hung
-        loop stops the pings and systemd restarts the daemon."""
-        snapshot = self.last_snapshot
-        poll = self.config.poll
-        if (
-            snapshot is not None
-            and self.now() - snapshot.ts <= 2 * poll.interval + poll.gpu_timeout
-        ):
-            self.notifier.watchdog()
-
     def deliver(self) -> None:
         """Flush due alert groups and deliver the outbox (waits while storage is down)."""
         if self.dispatcher is None:
@@ -496,8 +577,10 @@ class Daemon:
         """Advance remediation runs; a run never acts without its journal, so it waits too."""
         if self.remediation is None:
             return
+        now = self.now()
+        self._hand_to_remediation(now, wait=True)
         try:
-            self.remediation.tick(self.now())
+            self.remediation.tick(now)
         except Exception as exc:
             if not self.store.health().degraded:
                 raise
@@ -510,7 +593,7 @@ class Daemon:
             self.backend.present(g.index) for g in self.backend.gpus()
         ):
             self._last_rediscover = now
-            found = self.backend.rediscover()
+            found = self.poller.rediscover(self.backend)
             log.info("gpus_rediscovered", gpus=len(found))
 
     def scrape_vllm(self) -> None:
@@ -528,33 +611,47 @@ class Daemon:
 
     # ------------------------------------------------------------------------------ reload
     def reload(self) -> bool:
-        """SIGHUP: re-read fleetd.yaml and the rules; a bad file is logged and rejected."""
+        """SIGHUP: re-read fleetd.yaml and the rules; a bad file is logged and rejected.
+
+        Never raises: it runs on the main thread, whose loop is the daemon's life."""
         try:
             self.reload_or_raise()
         except ConfigError:
+            return False
+        except Exception as exc:
+            log.exception("config_reload_crashed", error=repr(exc))
+            self.exporter.record_config_reload(False)
+            self._ready_again()
             return False
         return True
 
     def reload_or_raise(self) -> None:
         """Re-read fleetd.yaml and the rules, all or nothing (SIGHUP and the API).
 
-        Any problem raises ConfigError and the old config and rules keep running. Sections
-        that cannot change at run time (backend, http, store, state_dir, node) are logged as
-        needing a restart and keep their running values.
+        Any problem raises ConfigError and the old config and rules keep running. Applied at
+        once: the rules and their timing, ``alerting``, ``poll.interval``. Every other
+        section (RESTART_ONLY, ``poll.gpu_timeout``/``slow_interval``) is built into running
+        parts: a change there is logged and recorded as needing a restart, and the running
+        value stays, in ``self.config`` too, so what the daemon reports is what it runs.
         """
         if self.config_path is None:
             raise ConfigError(
                 [Problem("<built-in config>", None, None, "", "no config file to reload")]
             )
+        with self._reload_lock:  # SIGHUP (main thread) and the API may ask at once
+            self._reload(self.config_path)
+
+    def _reload(self, config_path: Path) -> None:
         self.notifier.reloading()
         now = self.now()
         try:
-            new = load_config(self.config_path)
+            new = self.loader(config_path)
             rules = load_rules(new.rules)
         except ConfigError as exc:
             problems = [str(p) for p in exc.problems]
             log.error("config_reload_failed", problems=problems)
             self.exporter.record_config_reload(False)
+            self.engine.reload_rejected(problems)
             self.store.append_event(
                 "config_reload",
                 now=now,
@@ -563,21 +660,18 @@ class Daemon:
             )
             self._ready_again()
             raise
-        restart_needed = self._restart_needed(new)
-        # what cannot change at run time keeps running as it is, and says so
-        kept = {n: getattr(self.config, n) for n in FleetdConfig.model_fields if n not in HOT}
-        kept["poll"] = self.config.poll.model_copy(update={"interval": new.poll.interval})
-        kept["rules"] = new.rules.model_copy(
-            update={f: getattr(self.config.rules, f) for f in RULE_TIMINGS}
-        )
-        self.engine.reload(rules)
+        new, restart_needed = self._keep_restart_only(new)
+        self.engine.try_reload(lambda: rules, engine_settings(new.rules, new.poll.interval))
         if self.dispatcher is not None:
-            self.dispatcher.reload(new.alerting, now)
+            try:
+                self.dispatcher.reload(new.alerting, now)
+            except Exception as exc:  # it runs the new routes; only its clean-up is left
+                log.warning("alert_reload_cleanup_failed", error=repr(exc))
         if new.poll.interval != self.config.poll.interval and self.scheduler.running:
             self.scheduler.reschedule_job(
                 "poll", trigger="interval", seconds=self._interval(new.poll.interval)
             )
-        self.config = new.model_copy(update=kept)
+        self.config = new
         self.exporter.record_config_reload(True)
         self.store.append_event(
             "config_reload",
@@ -590,24 +684,16 @@ class Daemon:
         log.info("config_reloaded", rules=len(rules))
         self._ready_again()
 
-    def _restart_needed(self, new: FleetdConfig) -> list[str]:
-        """The changed settings a reload does not apply (they need ``systemctl restart``)."""
+    def _keep_restart_only(self, new: FleetdConfig) -> tuple[FleetdConfig, list[str]]:
+        """``new`` with the running values of what only a restart applies; what changed."""
         old = self.config
-        needed = [
-            name
-            for name in FleetdConfig.model_fields
-            if name not in ("rules", "alerting") and getattr(new, name) != getattr(old, name)
+        changed = [n for n in RESTART_ONLY if getattr(new, n) != getattr(old, n)]
+        changed += [
+            f"poll.{n}" for n in POLL_RESTART_ONLY if getattr(new.poll, n) != getattr(old.poll, n)
         ]
-        if (
-            "poll" in needed
-            and new.poll.model_copy(update={"interval": old.poll.interval}) == old.poll
-        ):
-            needed.remove("poll")  # only the interval changed: that one is applied
-        elif "poll" in needed:
-            needed[needed.index("poll")] = "poll (gpu_timeout, slow_interval)"
-        if any(getattr(new.rules, f) != getattr(old.rules, f) for f in RULE_TIMINGS):
-            needed.append("rules (" + ", ".join(RULE_TIMINGS) + ")")
-        return needed
+        poll = new.poll.model_copy(update={n: getattr(old.poll, n) for n in POLL_RESTART_ONLY})
+        kept: dict[str, Any] = {n: getattr(old, n) for n in RESTART_ONLY}
+        return new.model_copy(update={**kept, "poll": poll}), changed
 
     def _ready_again(self) -> None:
         snapshot = self.last_snapshot

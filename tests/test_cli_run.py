@@ -53,17 +53,31 @@ def test_bad_config_lists_every_problem_and_exits_1(tmp_path: Path) -> None:
     assert err.count(str(config)) == 3 and "Traceback" not in err
 
 
-def test_bad_local_rule_file_is_reported_not_a_traceback(tmp_path: Path) -> None:
+def test_a_bad_rule_file_lists_its_problems_and_exits_1(tmp_path: Path) -> None:
     rules = tmp_path / "rules.d"
     rules.mkdir()
-    (rules / "site.yaml").write_text("rules:\n  - name: X\n    expr: fleetd_gpu_up ==\n")
+    (rules / "bad.yaml").write_text("rules:\n  - name: X\n    expr: up > 1\n")
     config = tmp_path / "fleetd.yaml"
-    config.write_text(f"state_dir: {tmp_path}\nrules: {{local_dir: {rules}}}\n")
+    config.write_text(f"state_dir: {tmp_path}\nhttp: {{port: 0}}\nrules: {{local_dir: {rules}}}\n")
     proc = fleetd("run", "--config", str(config), "--simulate", "healthy")
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1
-    assert err.startswith(f"{rules / 'site.yaml'}:") and "Traceback" not in err
-    assert "rules[0].severity: required key is missing" in err
+    assert f"{rules / 'bad.yaml'}:2:5: rules[0].severity: required key is missing" in err
+    assert "Traceback" not in err
+
+
+def test_a_port_in_use_is_one_clear_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = tmp_path / "fleetd.yaml"
+        config.write_text(f"state_dir: {tmp_path}\nhttp: {{port: {port}}}\n")
+        proc = fleetd("run", "--config", str(config), "--simulate", "healthy")
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert f"fleetd: cannot serve HTTP on 127.0.0.1:{port}" in err
+    assert "Traceback" not in err
 
 
 class Notifications:
@@ -140,3 +154,7 @@ def test_ready_reload_and_graceful_stop(
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
     notify.wait_for("STOPPING=1")
+    assert proc.stderr is not None
+    log = proc.stderr.read()
+    # --simulate holds across reloads: the file's backend is not "a change needing a restart"
+    assert "config_reloaded" in log and "config_reload_needs_restart" not in log

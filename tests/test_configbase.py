@@ -46,6 +46,13 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
         load_config(tmp_path / "absent.yaml")
 
 
+def test_a_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "fleetd.yaml"
+    path.write_bytes(b"node: {name: \xff\xfe}\n")
+    with pytest.raises(ConfigError, match=f"{path}: not UTF-8 text"):
+        load_config(path)
+
+
 def test_empty_file_gives_defaults(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, ""))
     assert config.poll.interval == 5.0
@@ -98,3 +105,22 @@ def test_secret_sources_are_exclusive_and_errors_do_not_leak(tmp_path: Path) -> 
     with pytest.raises(ValueError, match="cannot read") as info:
         _WithSecret.model_validate({"token_file": str(tmp_path / "none")})
     assert "hunter2" not in str(info.value)
+
+
+@pytest.mark.parametrize("section", ["store", "registry"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://fleet:hunter2secret@db:notaport/fleet",
+        "postgresql//fleet:hunter2secret@db/fleet",
+        "postgresql+nodriver://fleet:hunter2secret@db/fleet",
+    ],
+)
+def test_a_bad_database_url_is_a_config_error_that_never_shows_it(
+    tmp_path: Path, section: str, url: str
+) -> None:
+    path = write(tmp_path, f"{section}:\n  url: {url!r}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    text = str(caught.value)
+    assert f"{section}.url" in text and "hunter2secret" not in text

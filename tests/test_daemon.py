@@ -171,6 +171,6 @@ def test_reload_rejects_a_bad_file_and_keeps_running(tmp_path: Path, clock: Fake
         assert daemon.reload() is True
         assert daemon.config.remediation.mode == "dry-run" and daemon.config.poll.gpu_timeout == 2
         restart = daemon.store.query_events(kinds=["config_reload"])[-1].data["restart_needed_for"]
-        assert restart == ["poll (gpu_timeout, slow_interval)", "remediation"]
+        assert restart == ["remediation", "poll.gpu_timeout"]
     finally:
         daemon.stop()

@@ -24,6 +24,7 @@ from fleetd.logs import get_logger
 log = get_logger("http")
 
 MAX_BODY_BYTES = 1 << 20
+CONNECTION_TIMEOUT_S = 30.0  # per connection: TLS handshake, request line, headers, body
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +142,16 @@ class _Handler(BaseHTTPRequestHandler):
     router: Router
     server_version = "fleetd"
     sys_version = ""
+    timeout = CONNECTION_TIMEOUT_S  # a client that stops talking frees its thread
+
+    def setup(self) -> None:
+        """The TLS handshake happens here, on this connection's own thread with its
+        timeout: done in the accepting thread, one silent client would stall every other
+        (Prometheus, fleetctl) and ``stop``."""
+        self.request.settimeout(self.timeout)
+        if isinstance(self.request, ssl.SSLSocket):
+            self.request.do_handshake()
+        super().setup()
 
     def _handle(self) -> None:
         parts = urlsplit(self.path)
@@ -190,21 +201,8 @@ class _Handler(BaseHTTPRequestHandler):
         return  # access logs would flood journald at one scrape per second
 
 
-TLS_HANDSHAKE_TIMEOUT_S = 10.0
-
-
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
-    tls: ssl.SSLContext | None = None
-
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        """Runs on the connection's own thread: the TLS handshake happens here, not on the
-        accepting thread, so one client that connects and says nothing stalls only itself."""
-        if self.tls is not None:
-            request.settimeout(TLS_HANDSHAKE_TIMEOUT_S)
-            request = self.tls.wrap_socket(request, server_side=True)
-            request.settimeout(None)
-        super().finish_request(request, client_address)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # a client that hangs up or speaks garbage is not worth a traceback on stderr
@@ -225,13 +223,13 @@ class HttpServer:
     ) -> None:
         handler = type("BoundHandler", (_Handler,), {"router": router})
         self._server = _Server((bind, port), handler)
-        if (tls_cert is None) != (tls_key is None):
-            raise ValueError("TLS needs both a certificate and a key")
         if tls_cert is not None and tls_key is not None:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.minimum_version = ssl.TLSVersion.TLSv1_2
             context.load_cert_chain(tls_cert, tls_key)
-            self._server.tls = context
+            self._server.socket = context.wrap_socket(
+                self._server.socket, server_side=True, do_handshake_on_connect=False
+            )
         self._thread: threading.Thread | None = None
 
     @property

@@ -132,14 +132,8 @@ def parse_inventory(data: Any, marks: dict[Any, tuple[int, int]], filename: str)
 
 
 def load_inventory(path: str | Path) -> list[Target]:
-    from fleetd.configbase import load_yaml  # pydantic and YAML: only when a file is read
+    from fleetd.configbase import load_yaml, read_text  # pydantic, YAML: only for a file
 
     filename = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(
-            [Problem(filename, None, None, "", f"cannot read: {exc.strerror}")]
-        ) from None
-    data, marks = load_yaml(text, filename)
+    data, marks = load_yaml(read_text(path), filename)
     return parse_inventory(data, marks, filename)

@@ -62,14 +62,19 @@ def run(config_path: Path | None, simulate: str | None, log_format: str | None) 
     from fleetd.daemon import Daemon  # heavy imports after argument parsing
 
     try:
-        daemon = Daemon(config, clock=SystemClock(), config_path=used)
-    except ConfigError as exc:  # the rule files and the scenario load here
-        for problem in exc.problems:
-            click.echo(str(problem), err=True)
-        sys.exit(1)
+        daemon = Daemon(
+            config,
+            clock=SystemClock(),
+            config_path=used,
+            loader=lambda path: resolve_config(path, simulate)[0],
+        )
     except BackendError as exc:
         click.echo(f"fleetd: {exc}", err=True)
         sys.exit(2)
+    except ConfigError as exc:  # the rule files, loaded with the daemon
+        for problem in exc.problems:
+            click.echo(str(problem), err=True)
+        sys.exit(1)
     daemon.install_signal_handlers()
     try:
         daemon.start()

@@ -244,21 +244,29 @@ class TokensPerJouleTracker:
     """Keeps the previous scrape's tokens and energy so each scrape yields tokens per joule.
 
     The daemon calls ``update`` after every vLLM scrape with that scrape's readings and the
-    latest GPU snapshot; the interval is therefore the scrape interval.
+    latest GPU snapshot; the interval runs from one scrape that saw a new poll to the next,
+    so tokens and energy always cover the same stretch whatever the two cadences.
     """
 
     def __init__(self, workers: Sequence[VllmWorkerConfig]) -> None:
         self._workers = tuple(workers)
         self._tokens: dict[str, float | None] | None = None
         self._energy: dict[int, float | None] = {}
+        self._poll_ts: float | None = None
+        self._last: list[Reading] = []
 
     def update(
         self, scrape_readings: Sequence[Reading], snapshot: Snapshot, now: float
     ) -> list[Reading]:
+        if self._tokens is not None and snapshot.ts == self._poll_ts:
+            # no poll since the last scrape, so no new energy reading: these tokens wait
+            # for it (dividing them by energy over another interval would be wrong)
+            return list(self._last)
         tokens = worker_tokens(scrape_readings)
         energy = gpu_energy(snapshot)
         gpus = {status.gpu.index: status.gpu for status in snapshot.gpus}
         before = self._tokens if self._tokens is not None else {}
         result = tokens_per_joule(self._workers, before, tokens, self._energy, energy, gpus, now)
-        self._tokens, self._energy = tokens, energy
+        self._tokens, self._energy, self._poll_ts = tokens, energy, snapshot.ts
+        self._last = result
         return result

@@ -10,9 +10,10 @@ itself (explain, history, drain); by default ``http://<node name>:<http.port>``.
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from fleetd.configbase import Duration, Secret, StrictModel
+from fleetd.store.db import check_url
 
 
 class RegistryConfig(StrictModel):
@@ -21,6 +22,13 @@ class RegistryConfig(StrictModel):
     heartbeat_interval: Duration = 15.0
     stale_after: Duration = 60.0
     timeout: Duration = 5.0
+
+    @field_validator("url")
+    @classmethod
+    def _usable_url(cls, value: Secret | None) -> Secret | None:
+        if value is not None:
+            check_url(value.reveal())
+        return value
 
     @model_validator(mode="after")
     def _sane(self) -> RegistryConfig:

@@ -12,7 +12,7 @@ from fleetd.api.services import ApiServices
 from fleetd.api.status import node_status
 from fleetd.logs import get_logger
 from fleetd.registry.config import RegistryConfig
-from fleetd.registry.reader import RegistryError
+from fleetd.registry.reader import RegistryError, describe_error
 from fleetd.registry.store import RegistryPublisher
 
 log = get_logger("registry")
@@ -40,12 +40,14 @@ class RegistryHeartbeat:
     def beat(self, now: float) -> bool:
         """Publish once; True when the registry took it."""
         try:
-            self._publisher.publish(node_status(self._services, now), now)
-        except RegistryError as exc:
+            status = node_status(self._services, now)
+            self._publisher.publish(status, now)
+        except Exception as exc:  # e.g. the fleet lease, in the same database, unreadable
+            error = str(exc) if isinstance(exc, RegistryError) else describe_error(exc)
             self.failures_total += 1
-            if self.last_error != str(exc):
-                log.warning("registry_publish_failed", error=str(exc))
-            self.last_error = str(exc)
+            if self.last_error != error:
+                log.warning("registry_publish_failed", error=error)
+            self.last_error = error
             return False
         if self.last_error is not None:
             log.info("registry_publish_recovered")

@@ -110,9 +110,9 @@ class RegistryReader:
             else:
                 from sqlalchemy import create_engine
 
-                from fleetd.store.db import driver_url
+                from fleetd.store.db import engine_url
 
-                self._engine = create_engine(driver_url(self._url))
+                self._engine = create_engine(engine_url(self._url))
                 raw = self._engine.raw_connection()
                 self._module = __import__(raw.driver_connection.__class__.__module__.split(".")[0])
                 self._conn = raw

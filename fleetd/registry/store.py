@@ -34,7 +34,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from fleetd.registry.reader import RegistryError, describe_error
 from fleetd.registry.summary import NodeSummary, summarize
-from fleetd.store.db import driver_url
+from fleetd.store.db import engine_url
 
 REGISTRY_METADATA = MetaData()
 
@@ -62,7 +62,7 @@ nodes_table = Table(
 
 
 def _engine(url: str, timeout: float) -> Engine:
-    url = driver_url(url)
+    url = engine_url(url)
     try:
         if url.startswith("postgresql"):
             return create_engine(

@@ -31,7 +31,7 @@ from fleetd.remedy.config import RemediationConfig
 from fleetd.remedy.events import ChangeSink, EventSink, RemediationEvent, alert_key
 from fleetd.remedy.lease import FleetLease
 from fleetd.remedy.ports import GpuControl, HealthPoller
-from fleetd.remedy.workers.base import WorkerAdapter
+from fleetd.remedy.workers.base import WorkerAdapter, WorkerGone
 from fleetd.store.journal import RunJournal
 
 log = get_logger("remedy.executor")
@@ -78,25 +78,35 @@ class Executor:
             self._seq[run.run_id] = journal.last_seq(run.run_id)
             self._resume.add(run.run_id)
             log.info("remediation_run_resumed", run_id=run.run_id, state=run.state.value)
+        self._stale_leases_checked = False
+        self._lease_unreadable_logged = False
         self._release_stale_leases()
 
     def _release_stale_leases(self) -> None:
         """A daemon killed between concluding a run and releasing its lease leaves the lease
-        behind; the journal says whether its run still needs it."""
-        try:
-            leases = self._lease.leases(self.node)
-        except Exception as exc:  # registry down at start-up: try again at the next start
-            log.warning("remediation_lease_check_failed", error=repr(exc))
+        behind; the journal says whether its run still needs it. A fleet registry that is
+        down must not stop the agent from starting: then the next tick tries again."""
+        if self._stale_leases_checked:
             return
-        for run_id in leases:
+        try:
+            held = self._lease.leases(self.node)
+        except Exception as exc:
+            if not self._lease_unreadable_logged:  # once, not every tick of an outage
+                log.warning("remediation_leases_unreadable", error=_describe(exc))
+                self._lease_unreadable_logged = True
+            return
+        self._stale_leases_checked = True
+        for run_id in held:
             run = self._runs.get(run_id) or self._journal.get(run_id)
             if run is None or (run.terminal and not run.holding):
-                self._release_lease(run_id)
+                self._lease.release(run_id)
                 log.info("remediation_stale_lease_released", run_id=run_id)
 
     # ---- public ------------------------------------------------------------------------
     def active(self) -> list[m.Run]:
-        return sorted(self._runs.values(), key=lambda r: (r.created_at, r.run_id))
+        """The runs in progress, oldest first (a copy: other threads read it while we tick)."""
+        runs = list(self._runs.values())
+        return sorted(runs, key=lambda r: (r.created_at, r.run_id))
 
     def get(self, run_id: str) -> m.Run | None:
         return self._runs.get(run_id) or self._journal.get(run_id)
@@ -133,6 +143,7 @@ class Executor:
 
     def tick(self, now: float) -> None:
         """Resume restarted runs, advance every run whose wait is over, retry deliveries."""
+        self._release_stale_leases()
         self.redeliver(now)
         for run in self.active():
             if run.run_id in self._resume:
@@ -269,7 +280,10 @@ class Executor:
         if isinstance(cmd, m.AcquireLease):
             return self._acquire(run, now)
         if isinstance(cmd, m.ReleaseLease):
-            self._release_lease(run.run_id)
+            try:
+                self._lease.release(run.run_id)
+            except Exception as exc:  # released with the stale leases at a later tick
+                log.warning("remediation_lease_release_failed", run_id=run.run_id, error=repr(exc))
             return None
         if isinstance(cmd, m.ReleaseHolds):
             self._release_holds(run, now)
@@ -299,14 +313,6 @@ class Executor:
         if isinstance(cmd, m.RunBurnIn):
             return self._burn_in(run)
         raise TypeError(f"unknown command {cmd!r}")
-
-    def _release_lease(self, run_id: str) -> None:
-        """Give the run's fleet capacity back; an unreachable registry is retried at the next
-        start (stale leases of finished runs are released then), never fatal to the run."""
-        try:
-            self._lease.release(run_id)
-        except Exception as exc:
-            log.warning("remediation_lease_release_failed", run_id=run_id, error=repr(exc))
 
     def _acquire(self, run: m.Run, now: float) -> m.LeaseResult:
         """At most one run per node (oldest first), then the pause switch, then the lease."""
@@ -363,6 +369,8 @@ class Executor:
     def _read_load(self, name: str) -> m.LoadResult:
         try:
             load = self._adapter.load(self._worker(name))
+        except WorkerGone as exc:
+            return m.LoadResult(name, error=_describe(exc), gone=True)
         except Exception as exc:
             return m.LoadResult(name, error=_describe(exc))
         return m.LoadResult(name, running=load.running, waiting=load.waiting)

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sqlalchemy import Connection, create_engine, delete, func, select, text, update
+from sqlalchemy.exc import SQLAlchemyError
 
 from fleetd.logs import get_logger
 from fleetd.remedy.config import BreakerConfig, FleetConfig
-from fleetd.store.db import Database, driver_url
+from fleetd.store.db import Database, engine_url
 from fleetd.store.journal import FLEET_TABLES, breaker_table, failures_table, leases_table
 from fleetd.store.schema import METADATA
 
@@ -82,8 +83,10 @@ class SqlFleetLease:
         max_gpus_out: int,
         breaker: BreakerConfig,
         owns_db: bool = False,
+        tables_ready: bool = True,
     ) -> None:
         self._db = db
+        self._tables_ready = tables_ready
         self._scope = scope
         self._max = max_gpus_out
         self._breaker_cfg = breaker
@@ -102,25 +105,50 @@ class SqlFleetLease:
         )
 
     @classmethod
-    def shared(cls, url: str, config: FleetConfig) -> SqlFleetLease:
-        """Fleet-wide limits in the shared PostgreSQL registry (creates only its own tables)."""
-        db = Database(create_engine(driver_url(url), pool_pre_ping=True))
-        with db.begin() as conn:
-            METADATA.create_all(conn, tables=list(FLEET_TABLES))
-        return cls(
+    def shared(cls, url: str, config: FleetConfig, *, timeout: float = 5.0) -> SqlFleetLease:
+        """Fleet-wide limits in the shared PostgreSQL registry (creates only its own tables).
+
+        A registry that is down does not stop the agent from starting: the tables are
+        created at the first use that reaches it, and until then every lease call raises
+        (no lease is granted). ``timeout`` bounds each connection attempt.
+        """
+        pg = url.startswith("postgresql")
+        connect_args = {"connect_timeout": max(1, round(timeout))} if pg else {}
+        db = Database(create_engine(engine_url(url), pool_pre_ping=True, connect_args=connect_args))
+        lease = cls(
             db,
             scope="fleet",
             max_gpus_out=config.max_gpus_out,
             breaker=config.breaker,
             owns_db=True,
+            tables_ready=False,
         )
+        try:
+            lease._ensure_tables()
+        except SQLAlchemyError as exc:
+            log.warning("fleet_lease_unavailable", error=type(exc).__name__)
+        return lease
+
+    def _ensure_tables(self) -> None:
+        if self._tables_ready:
+            return
+        with self._db.begin() as conn:
+            METADATA.create_all(conn, tables=list(FLEET_TABLES))
+        self._tables_ready = True
 
     @property
     def scope(self) -> str:
         return self._scope
 
     @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        self._ensure_tables()
+        with self._db.read() as conn:
+            yield conn
+
+    @contextmanager
     def _locked(self) -> Iterator[Connection]:
+        self._ensure_tables()
         with self._local_lock, self._db.begin() as conn:
             if self._pg:
                 conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
@@ -166,14 +194,14 @@ class SqlFleetLease:
             conn.execute(delete(leases_table).where(leases_table.c.run_id == run_id))
 
     def leases(self, node: str) -> list[str]:
-        with self._db.read() as conn:
+        with self._read() as conn:
             rows = conn.execute(
                 select(leases_table.c.run_id).where(leases_table.c.node == node)
             ).scalars()
             return [str(r) for r in rows]
 
     def out_of_service(self) -> int:
-        with self._db.read() as conn:
+        with self._read() as conn:
             return self._out(conn)
 
     @staticmethod
@@ -209,7 +237,7 @@ class SqlFleetLease:
         return BreakerStatus(True, reason, now, just_tripped=True)
 
     def breaker(self) -> BreakerStatus:
-        with self._db.read() as conn:
+        with self._read() as conn:
             return self._breaker(conn)
 
     def _breaker(self, conn: Connection) -> BreakerStatus:

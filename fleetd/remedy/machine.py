@@ -396,10 +396,15 @@ class UnrouteResult:
 
 @dataclass(frozen=True, slots=True)
 class LoadResult:
+    """A worker's in-flight requests; or ``error``: no reading. ``gone`` says the error was
+    the worker's own absence (connection refused): a dead engine serves nothing, so only
+    then does a failed read count as idle."""
+
     worker: str
     running: float | None = None
     waiting: float | None = None
     error: str | None = None
+    gone: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -802,12 +807,17 @@ def _quiescing(run: Run, event: Event, now: float) -> Step:
         w = run.worker(event.worker)
         if w is None or w.idle_reads >= s.idle_reads:
             return run, []
-        if event.error is not None:
-            # An engine that cannot answer /metrics serves nothing: it counts as idle, and
-            # the evidence says so (integrations.md 1.6, "engine already dead").
+        if event.error is not None and event.gone:
+            # An engine that is gone serves nothing: it counts as idle, and the evidence
+            # says so (integrations.md 1.6, "engine already dead").
             in_flight = None
             idle = True
             detail = f"unreachable: {event.error}"
+        elif event.error is not None:
+            # no reading is not zero requests: wait (the drain timeout bounds the wait)
+            in_flight = None
+            idle = False
+            detail = f"load unknown: {event.error}"
         else:
             in_flight = (event.running or 0.0) + (event.waiting or 0.0)
             idle = in_flight == 0

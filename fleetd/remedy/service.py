@@ -139,6 +139,20 @@ class Remediation:
                         opened.append(run_id)
         return opened
 
+    def try_handle(self, transitions: Iterable[Transition], now: float) -> list[str] | None:
+        """Like ``handle``, but None at once, having done nothing, while a run's step holds
+        remediation (a ``systemctl stop`` or a burn-in can take minutes): the poll that calls
+        this must keep its cadence, so it keeps the transitions and hands them over later."""
+        wanted = [t for t in transitions if wants_remediation(t)]
+        if not wanted:
+            return []
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            return self.handle(wanted, now)
+        finally:
+            self._lock.release()
+
     def _handle_one(self, transition: Transition, now: float) -> str | None:
         trigger = trigger_of(transition)
         gpu = trigger.gpu
@@ -291,34 +305,34 @@ class Remediation:
             self.executor.tick(now)
 
     def status(self) -> RemediationStatus:
-        with self._lock:
-            held = tuple(
-                HeldGpus(
-                    r.run_id,
-                    r.gpu_indices,
-                    r.out_of_rotation() or r.worker_names,
-                    r.state.value,
-                    r.outcome or "",
-                    r.entered_at,
-                )
-                for r in self._journal.holding(self.node)
+        """What runs and what is held, read without waiting for a step in progress (the API,
+        the fleet heartbeat and /metrics must answer while a drain takes minutes)."""
+        held = tuple(
+            HeldGpus(
+                r.run_id,
+                r.gpu_indices,
+                r.out_of_rotation() or r.worker_names,
+                r.state.value,
+                r.outcome or "",
+                r.entered_at,
             )
-            return RemediationStatus(
-                node=self.node,
-                mode=self.config.mode,
-                paused=self._journal.pause_state(self.node),
-                breaker=self._lease.breaker(),
-                lease_scope=self._lease.scope,
-                gpus_out_of_service=self._lease.out_of_service(),
-                active=tuple(self.executor.active()),
-                held=held,
-            )
+            for r in self._journal.holding(self.node)
+        )
+        return RemediationStatus(
+            node=self.node,
+            mode=self.config.mode,
+            paused=self._journal.pause_state(self.node),
+            breaker=self._lease.breaker(),
+            lease_scope=self._lease.scope,
+            gpus_out_of_service=self._lease.out_of_service(),
+            active=tuple(self.executor.active()),
+            held=held,
+        )
 
     def metrics(self, now: float) -> list[Reading]:
         """The ``fleetd_remediation_*`` series of the catalog (for the exporter's group)."""
-        with self._lock:
-            status = self.status()
-            counts, resets = self._journal.counts(self.node)
+        status = self.status()  # never waits for a step in progress, like ``status``
+        counts, resets = self._journal.counts(self.node)
 
         def reading(metric: str, value: float, **labels: object) -> Reading:
             return Reading(metric, make_labels(labels), float(value), now)

@@ -23,8 +23,9 @@ def build_adapter(config: FleetdConfig) -> WorkerAdapter:
 def build_lease(config: FleetdConfig, db: Database) -> FleetLease:
     """Fleet-wide limits through the shared PostgreSQL when configured, per node otherwise."""
     fleet = config.remediation.fleet
-    if config.registry.url is not None:
-        return SqlFleetLease.shared(config.registry.url.reveal(), fleet)
+    registry = config.registry
+    if registry.url is not None:
+        return SqlFleetLease.shared(registry.url.reveal(), fleet, timeout=registry.timeout)
     return SqlFleetLease.local(db, config.node.name, fleet)
 
 

@@ -136,7 +136,7 @@ class RuleEngine:
         self.last_duration_s = 0.0
         self.evaluations_total = 0
         self.reload_status = ReloadStatus()
-        self._ranges = RangeMirror(late_margin_s=5.0 + 2 * self.settings.poll_interval_s)
+        self._ranges = RangeMirror(late_margin_s=_late_margin(self.settings))
         self._install(rules, previous={})
 
     # ------------------------------------------------------------------------------ life cycle
@@ -145,35 +145,47 @@ class RuleEngine:
         return self._rules
 
     @_locked
-    def reload(self, new_rules: RuleSet) -> None:
+    def reload(self, new_rules: RuleSet, settings: EngineSettings | None = None) -> None:
         """Swap in ``new_rules``; alerts of rules whose name and labels are unchanged survive.
 
         Alerts of rules that were removed (or whose labels changed) are resolved at the next
         evaluation, so a receiver is never left with an incident nobody will close.
+        ``settings`` replaces the timing knobs as well (``rules:`` or the poll interval
+        changed: staleness is counted in polls).
         """
+        if settings is not None:
+            self.settings = settings
+            self._ranges.late_margin_s = _late_margin(settings)
         previous = self._runtime
         self._rules = new_rules
         self._install(new_rules, previous)
         _log.info("rules_reloaded", rules=len(new_rules), orphaned_alerts=len(self._orphans))
 
-    def try_reload(self, load: Callable[[], RuleSet]) -> ReloadStatus:
+    def try_reload(
+        self, load: Callable[[], RuleSet], settings: EngineSettings | None = None
+    ) -> ReloadStatus:
         """Load, validate and swap in one step (SIGHUP, the API).
 
         A rule file with any problem raises ``ConfigError`` in ``load``; then nothing changes,
         the running rules keep running, and the problems are logged and kept for the API.
         """
-        status = self.reload_status
         try:
             new_rules = load()
         except ConfigError as exc:
-            problems = tuple(str(p) for p in exc.problems)
-            self.reload_status = ReloadStatus(
-                status.successes, status.failures + 1, False, problems
-            )
-            _log.error("rules_reload_failed", problems=list(problems))
+            return self.reload_rejected(str(p) for p in exc.problems)
+        with self._lock:
+            self.reload(new_rules, settings)
+            status = self.reload_status
+            self.reload_status = ReloadStatus(status.successes + 1, status.failures, True, ())
             return self.reload_status
-        self.reload(new_rules)
-        self.reload_status = ReloadStatus(status.successes + 1, status.failures, True, ())
+
+    def reload_rejected(self, problems: Iterable[str]) -> ReloadStatus:
+        """Count a reload that was refused (its files had problems); the rules keep running."""
+        with self._lock:
+            found = tuple(problems)
+            status = self.reload_status
+            self.reload_status = ReloadStatus(status.successes, status.failures + 1, False, found)
+        _log.error("rules_reload_failed", problems=list(found))
         return self.reload_status
 
     def _install(self, rules: RuleSet, previous: dict[str, _RuleRuntime]) -> None:
@@ -448,6 +460,11 @@ class RuleEngine:
         upserts = tuple(entry for entry in dirty.values() if entry is not None)
         deletes = tuple(key for key, entry in dirty.items() if entry is None)
         return StateChanges(upserts, deletes, self._last_eval_at)
+
+
+def _late_margin(settings: EngineSettings) -> float:
+    """How late a sample may arrive and still be counted in range functions."""
+    return 5.0 + 2 * settings.poll_interval_s
 
 
 def _persisted(entry: AlertEntry) -> tuple[object, ...]:

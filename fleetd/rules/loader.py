@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from fleetd.configbase import Marks, Path_, dotted, load_yaml, mark_for, validate
+from fleetd.configbase import Marks, Path_, dotted, load_yaml, mark_for, read_text, validate
 from fleetd.errors import ConfigError, Problem
 from fleetd.model import make_labels
 from fleetd.rules.evaluate import Interner
@@ -145,14 +145,7 @@ def _duplicate(rule: Rule, first: str) -> Problem:
 def load_rule_file(path: str | Path, *, runbook_base_url: str = "") -> RuleFile:
     """Read and compile one rule file; ``ConfigError`` lists every problem in it."""
     filename = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(
-            [Problem(filename, None, None, "", f"cannot read: {exc.strerror}")]
-        ) from None
-    except UnicodeDecodeError:
-        raise ConfigError([Problem(filename, None, None, "", "not UTF-8 text")]) from None
+    text = read_text(path)
     return parse_rule_text(text, filename, runbook_base_url=runbook_base_url)
 
 

@@ -54,6 +54,24 @@ class StateChanges:
     last_eval_at: float | None = None
 
 
+def merge_changes(pending: Iterable[StateChanges]) -> StateChanges:
+    """Several saves that could not be written, as one: per alert the latest write or
+    delete wins, and the latest evaluation time. A storage outage of N polls then costs
+    one transaction when it ends, not N."""
+    latest: dict[AlertKey, AlertEntry | None] = {}
+    last_eval_at: float | None = None
+    for changes in pending:
+        for key in changes.deletes:
+            latest[key] = None
+        for entry in changes.upserts:
+            latest[entry.alert.key] = entry
+        if changes.last_eval_at is not None:
+            last_eval_at = changes.last_eval_at
+    upserts = tuple(entry for entry in latest.values() if entry is not None)
+    deletes = tuple(key for key, entry in latest.items() if entry is None)
+    return StateChanges(upserts, deletes, last_eval_at)
+
+
 class Observation(NamedTuple):
     """What one evaluation saw for one label set.
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from fleetd.configbase import Duration, Secret, StrictModel
+from fleetd.store.db import check_url
 
 DEFAULT_DB_NAME = "fleetd.db"
 GIB = 1024**3
@@ -34,6 +35,13 @@ class StoreConfig(StrictModel):
     retry_interval: Duration = 5.0  # first retry after a failed write; doubles up to max
     retry_interval_max: Duration = 120.0
     backlog_polls: int = Field(default=900, ge=0)  # polls kept in memory while writes fail
+
+    @field_validator("url")
+    @classmethod
+    def _usable_url(cls, value: Secret | None) -> Secret | None:
+        if value is not None:
+            check_url(value.reveal())
+        return value
 
     @model_validator(mode="after")
     def _tiers_nest(self) -> StoreConfig:

@@ -26,7 +26,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Literal
 
-from sqlalchemy import Connection, Engine, create_engine, event, inspect, select, text
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, make_url, select, text
 from sqlalchemy.pool import StaticPool
 
 from fleetd import __version__
@@ -39,15 +39,28 @@ _IMMEDIATE = "fleetd_sqlite_immediate"
 _WAL_LIMIT_BYTES = 16 * 1024 * 1024
 
 
-def driver_url(url: str) -> str:
-    """``postgresql://…`` with the PostgreSQL driver that is installed (psycopg 3, else
-    psycopg2): SQLAlchemy 2.1 reads a bare ``postgresql://`` as psycopg 3, which an operator
-    copying a libpq URL should not need to know. Other URLs are returned unchanged."""
+def engine_url(url: str) -> str:
+    """``url`` with an installed PostgreSQL driver named (psycopg 3, else psycopg2).
+
+    SQLAlchemy 2.1 reads a bare ``postgresql://`` as psycopg 3; fleetd depends on psycopg2.
+    Every place that opens a database from a URL an operator wrote goes through here.
+    """
     scheme, sep, rest = url.partition("://")
     if sep and scheme in ("postgresql", "postgres"):
         driver = "psycopg" if importlib.util.find_spec("psycopg") else "psycopg2"
         return f"postgresql+{driver}://{rest}"
     return url
+
+
+def check_url(url: str) -> None:
+    """Raise ValueError when ``url`` is not a database URL fleetd can open. The message
+    never repeats the URL: it may carry a password."""
+    try:
+        make_url(engine_url(url)).get_dialect()
+    except Exception:
+        raise ValueError(
+            "not a usable database URL (dialect[+driver]://user:password@host:port/database)"
+        ) from None
 
 
 def sqlite_url(path: str | Path) -> str:
@@ -112,7 +125,6 @@ class Database:
         synchronous: Synchronous = "full",
     ) -> Database:
         """Connect to ``url`` and bring its schema to the current version."""
-        url = driver_url(url)
         if url.startswith("sqlite"):
             in_memory = ":memory:" in url or url.rstrip("/") in ("sqlite:", "sqlite+pysqlite:")
             if in_memory:
@@ -126,7 +138,7 @@ class Database:
                 engine = create_engine(url, pool_size=4, max_overflow=4)
             _install_sqlite_hooks(engine, busy_timeout, synchronous)
         else:
-            engine = create_engine(url, pool_pre_ping=True, pool_size=4, max_overflow=4)
+            engine = create_engine(engine_url(url), pool_pre_ping=True, pool_size=4, max_overflow=4)
         db = cls(engine)
         if upgrade:
             try:

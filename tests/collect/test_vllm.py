@@ -267,3 +267,21 @@ def test_tracker_uses_previous_scrape_as_interval_start():
     second = tracker.update(scrape(700.0, NOW + 5), _snapshot({0: 1300.0}, NOW + 5), NOW + 5)
     assert second[0].value == pytest.approx(600 / 300)
     assert second[0].ts == NOW + 5
+
+
+def test_tracker_divides_tokens_and_energy_over_the_same_interval():
+    """Polls every 10 s, scrapes every 5 s: a scrape without a new poll has no new energy
+    reading, so the tokens of that scrape wait for it instead of being divided by energy
+    measured over another interval."""
+    worker = VllmWorkerConfig(name="w", url="http://127.0.0.1:1", gpus=[0])
+    tracker = TokensPerJouleTracker([worker])
+    labels = (("gpu", "0"), ("worker", "w"))
+
+    def scrape(tokens: float, ts: float) -> list[Reading]:
+        return [Reading("fleetd_vllm_generation_tokens_total", labels, tokens, ts)]
+
+    tracker.update(scrape(0.0, NOW), _snapshot({0: 0.0}, NOW), NOW)
+    between = tracker.update(scrape(500.0, NOW + 5), _snapshot({0: 0.0}, NOW), NOW + 5)
+    assert all(r.reason != "no_energy_spent" for r in between)
+    later = tracker.update(scrape(1000.0, NOW + 10), _snapshot({0: 1000.0}, NOW + 10), NOW + 10)
+    assert later[0].value == pytest.approx(1000 / 1000)  # 10 s of tokens over 10 s of energy

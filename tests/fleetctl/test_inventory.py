@@ -72,6 +72,13 @@ def test_a_file_with_every_kind_of_entry(tmp_path: Path) -> None:
     assert targets[-1] == Target("lab-box", "http://127.0.0.1:18000")
 
 
+def test_an_inventory_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.yaml"
+    path.write_bytes(b"- gpu-\xff\n")
+    with pytest.raises(ConfigError, match="not UTF-8 text"):
+        load_inventory(path)
+
+
 def test_every_problem_is_reported_with_its_line(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("- ok-[1-2]\n- {name: x}\n- 42\n- ok-1\n")

@@ -103,10 +103,22 @@ def test_drain_timeout_abort_puts_workers_back_and_pages() -> None:
 
 def test_unreachable_worker_counts_as_idle() -> None:
     run = to_quiescing(idle_reads=1)
-    run, _ = m.step(run, m.LoadResult("w0", error="connection refused"), NOW)
+    run, _ = m.step(run, m.LoadResult("w0", error="connection refused", gone=True), NOW)
     run, _cmds = m.step(run, m.LoadResult("w1", 0.0, 0.0), NOW)
     assert run.state is m.RunState.STOPPING
     assert "unreachable" in (run.worker("w0").detail or "")  # type: ignore[union-attr]
+
+
+def test_a_worker_whose_load_cannot_be_read_is_not_idle() -> None:
+    """A timeout, a 401 or gauges missing from /metrics say nothing about in-flight requests:
+    the drain waits (until its timeout, then ``on_drain_timeout`` decides)."""
+    run = to_quiescing(idle_reads=1)
+    run, _ = m.step(run, m.LoadResult("w0", error="/metrics: ReadTimeout"), NOW)
+    run, _ = m.step(run, m.LoadResult("w1", 0.0, 0.0), NOW)
+    assert run.state is m.RunState.QUIESCING
+    w0 = run.worker("w0")
+    assert w0 is not None and w0.idle_reads == 0 and w0.in_flight is None
+    assert "ReadTimeout" in (w0.detail or "")
 
 
 def test_processes_still_holding_the_gpu_refuse_the_reset() -> None:
@@ -381,7 +393,8 @@ EVENTS: list[m.Event] = [
     m.UnrouteResult("nobody"),
     m.LoadResult("w0", 0.0, 0.0),
     m.LoadResult("w0", 3.0, 1.0),
-    m.LoadResult("w0", error="refused"),
+    m.LoadResult("w0", error="refused", gone=True),
+    m.LoadResult("w0", error="timeout"),
     m.StopResult("w0"),
     m.StopResult("w0", "boom"),
     m.ProcessResult(()),

@@ -3,6 +3,7 @@ rotation hooks as commands and as HTTP calls (pytest-httpserver), user command s
 
 from __future__ import annotations
 
+import socket
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +26,7 @@ from fleetd.remedy.config import (
     WorkersConfig,
 )
 from fleetd.remedy.workers import CommandWorkers, SystemdWorkers
-from fleetd.remedy.workers.base import read_load
+from fleetd.remedy.workers.base import WorkerGone, read_load
 from fleetd.sim import build_node
 from fleetd.sim.vllm_worker import StandInFleet, StandInVllm
 
@@ -213,6 +214,22 @@ def test_read_load_needs_both_gauges(httpserver: HTTPServer) -> None:
     cfg = VllmWorkerConfig(name="w", url=httpserver.url_for(""), gpus=[0])
     with pytest.raises(RemedyError, match="vllm:num_requests_waiting not exported"):
         read_load(requests.Session(), cfg, 2.0)
+
+
+def test_read_load_tells_a_worker_that_is_gone_from_one_that_did_not_answer(
+    httpserver: HTTPServer,
+) -> None:
+    httpserver.expect_request("/metrics").respond_with_data("api key needed", status=401)
+    answering = VllmWorkerConfig(name="w", url=httpserver.url_for(""), gpus=[0])
+    with pytest.raises(RemedyError, match="HTTP 401") as raised:
+        read_load(requests.Session(), answering, 2.0)
+    assert not isinstance(raised.value, WorkerGone)  # no reading, not "idle"
+    with socket.socket() as sock:  # a port nobody listens on: connection refused
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    gone = VllmWorkerConfig(name="w", url=f"http://127.0.0.1:{port}", gpus=[0])
+    with pytest.raises(WorkerGone):
+        read_load(requests.Session(), gone, 2.0)
 
 
 def test_read_load_sums_engines(httpserver: HTTPServer) -> None:

@@ -8,7 +8,15 @@ import pytest
 
 from fleetd.clock import FakeClock
 from fleetd.model import Alert, AlertKey, AlertState, Severity, make_labels
-from fleetd.rules.state import AlertEntry, Observation, Timing, restore, step
+from fleetd.rules.state import (
+    AlertEntry,
+    Observation,
+    StateChanges,
+    Timing,
+    merge_changes,
+    restore,
+    step,
+)
 
 KEY = AlertKey("GpuHot", make_labels({"gpu": "3"}))
 P, F, R, I = AlertState.PENDING, AlertState.FIRING, AlertState.RESOLVED, AlertState.INACTIVE  # noqa: E741
@@ -282,3 +290,23 @@ class TestRestore:
             resolved_retention_s=900,
         )
         assert kept == [firing]  # the engine then resolves it, saying the rule is gone
+
+
+def test_unsaved_changes_merge_into_one_save() -> None:
+    """Saves that failed during a storage outage are written as one: last word per alert."""
+    a = AlertEntry(current())
+    other_key = AlertKey("Other", make_labels({"gpu": "1"}))
+    b = AlertEntry(replace(current(), key=other_key))
+    firing = AlertEntry(replace(current(), state=AlertState.FIRING))
+    merged = merge_changes(
+        [
+            StateChanges(upserts=(a, b), last_eval_at=10.0),
+            StateChanges(deletes=(a.alert.key,), last_eval_at=15.0),
+            StateChanges(upserts=(firing,), last_eval_at=20.0),
+            StateChanges(deletes=(other_key,), last_eval_at=None),
+        ]
+    )
+    assert merged.upserts == (firing,)
+    assert merged.deletes == (other_key,)
+    assert merged.last_eval_at == 20.0
+    assert merge_changes([]) == StateChanges()

@@ -77,11 +77,19 @@ def placeholders(worker: VllmWorkerConfig, node: str) -> Mapping[str, str]:
     }
 
 
+class WorkerGone(RemedyError):
+    """The worker's server is not there (connection refused): its engine serves nothing."""
+
+
 def read_load(session: requests.Session, worker: VllmWorkerConfig, timeout: float) -> Load:
     """Sum the running and waiting gauges of the worker's own /metrics."""
     url = worker.url.rstrip("/") + "/metrics"
     try:
         response = session.get(url, timeout=timeout)
+    except requests.ConnectionError as exc:
+        if isinstance(exc, requests.ConnectTimeout):
+            raise RemedyError(f"{url}: {type(exc).__name__}") from None
+        raise WorkerGone(f"{url}: {type(exc).__name__}") from None
     except requests.RequestException as exc:
         raise RemedyError(f"{url}: {type(exc).__name__}") from None
     if response.status_code != 200:
