@@ -29,6 +29,7 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 EXAMPLE = DOCS / "fleetd.example.yaml"
 REFERENCE = DOCS / "configuration.md"
 SECRET_VALUE = "s3cr3t-value-of-32-characters!!!"
+DATABASE_URL = "postgresql://fleetd_agent:s3cr3t@db.example/fleet"  # a URL-valued secret
 
 _ACTIVE_KEY = re.compile(r"^(?P<indent> *)(?P<dash>- +)?(?P<key>[A-Za-z_][A-Za-z0-9_]*):(?:\s|$)")
 _COMMENTED_KEY = re.compile(
@@ -43,10 +44,11 @@ def installable_example(root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     Secrets in the example come from ``*_file`` and ``*_env``; load_config reads them.
     """
     text = EXAMPLE.read_text(encoding="utf-8").replace("/etc/fleetd/", f"{root}/etc/fleetd/")
-    for match in re.finditer(r"^[ -]*\w+_file: *(\S+)", text, re.MULTILINE):
-        secret = Path(match.group(1))
+    for match in re.finditer(r"^[ -]*(\w+)_file: *(\S+)", text, re.MULTILINE):
+        secret = Path(match.group(2))
         secret.parent.mkdir(parents=True, exist_ok=True)
-        secret.write_text(SECRET_VALUE + "\n", encoding="utf-8")
+        value = DATABASE_URL if secret.name.endswith("registry-url") else SECRET_VALUE
+        secret.write_text(value + "\n", encoding="utf-8")
     for match in re.finditer(r"^[ -]*\w+_env: *(\S+)", text, re.MULTILINE):
         monkeypatch.setenv(match.group(1), SECRET_VALUE)
     path = root / "fleetd.yaml"
