@@ -521,8 +521,9 @@ file and the schema disagree. Regenerate with
 
 fleetd reads one YAML file, `/etc/fleetd/fleetd.yaml` by default (`fleetd run --config
 PATH`). Every key is optional; [fleetd.example.yaml](fleetd.example.yaml) shows them all
-with production values. `fleetd config check PATH` validates a file and lists every
-problem at once as `file:line:col: key: message`; unknown keys are errors, not ignored.
+with production values. `fleetd config check PATH` validates a file and the rule files it
+names, and lists every problem at once as `file:line:col: key: message`; unknown keys are
+errors, not ignored.
 SIGHUP (`systemctl reload fleetd`) re-reads the file; see
 [operations.md](operations.md#reloading-the-configuration) for what takes effect without a
 restart.

@@ -132,7 +132,18 @@ def test_example_passes_fleetd_config_check(
     path = installable_example(tmp_path, monkeypatch)
     result = CliRunner().invoke(main, ["config", "check", str(path)])
     assert result.exit_code == 0, result.output
-    assert result.output.strip() == f"{path}: OK"
+    assert result.output.strip().startswith(f"{path}: OK (")
+
+
+def test_config_check_also_checks_the_rule_files_it_names(tmp_path: Path) -> None:
+    local = tmp_path / "rules.d"
+    local.mkdir()
+    (local / "site.yaml").write_text("rules:\n  - name: X\n    expr: fleetd_gpu_up ==\n")
+    path = tmp_path / "fleetd.yaml"
+    path.write_text(f"rules: {{local_dir: {local}}}\n")
+    result = CliRunner().invoke(main, ["config", "check", str(path)])
+    assert result.exit_code == 1
+    assert f"{local / 'site.yaml'}:2:5: rules[0].severity: required key is missing" in result.output
 
 
 def test_example_workers_match_the_vllm_unit_template(

@@ -1,4 +1,5 @@
-"""``fleetd config check PATH``: validate fleetd.yaml and report every problem at once."""
+"""``fleetd config check PATH``: validate fleetd.yaml (and the rule files it names) and
+report every problem at once."""
 
 from __future__ import annotations
 
@@ -19,14 +20,18 @@ def config() -> None:
 @config.command("check")
 @click.argument("path", type=click.Path(path_type=Path))
 def check(path: Path) -> None:
-    """Validate PATH; exit 1 and list every problem as file:line:col: key: message."""
+    """Validate PATH and the rule files it names (shipped packs, extra packs, the local rule
+    directory); exit 1 and list every problem as file:line:col: key: message."""
+    from fleetd.rules.config import load_rules
+
     try:
-        load_config(path)
+        config = load_config(path)
+        rules = load_rules(config.rules)
     except ConfigError as exc:
         for problem in exc.problems:
             click.echo(str(problem), err=True)
         sys.exit(1)
-    click.echo(f"{path}: OK")
+    click.echo(f"{path}: OK ({len(rules)} rules)")
 
 
 @config.command("reference")
