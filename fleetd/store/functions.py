@@ -65,13 +65,8 @@ def from_ms(ms: int) -> float:
 
 
 def at_ms(ts: float) -> float:
-    """``ts`` on the millisecond grid stored times use, so a sample stored at ``t`` is
-    never "after" a query at the same ``t`` (rounding may move it up to 0.5 ms later)."""
-    return round(ts * 1000.0) / 1000.0
-
-
-def normalize_ts(ts: float) -> float:
-    """A timestamp rounded to the millisecond, exactly as the database gives it back."""
+    """``ts`` rounded to the millisecond, exactly as the database gives it back. Queries use
+    it too, so a sample stored at ``t`` is never "after" a query at the same ``t``."""
     return round(ts * 1000.0) / 1000.0
 
 

@@ -142,11 +142,11 @@ class MemoryWindow:
                 self._versions[key.metric] = self._versions.get(key.metric, 0) + 1
             before = len(series.ts)
             if not series.ts or (ts and ts[0] > series.ts[-1]):
-                series.ts.extend(functions.normalize_ts(t) for t in ts)
+                series.ts.extend(functions.at_ms(t) for t in ts)
                 series.values.extend(float(v) for v in values)
             else:
                 for t, v in zip(ts, values, strict=True):
-                    series.put(functions.normalize_ts(t), float(v))
+                    series.put(functions.at_ms(t), float(v))
             self._samples += len(series.ts) - before
 
     def mark_complete_after(self, when: float) -> None:
