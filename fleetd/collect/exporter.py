@@ -237,6 +237,10 @@ class FleetdExporter(Collector):
         """Publish the latest vLLM scrape (and derived per-GPU readings such as tokens/J)."""
         self.update_group("vllm", readings)
         with self._lock:
+            for reading in readings:  # every worker's counter exists from its first scrape,
+                worker = dict(reading.labels).get("worker")  # so rate() sees its first error
+                if worker is not None:
+                    self._scrape_errors.setdefault(worker, 0)
             for worker in failed_workers:
                 self._scrape_errors[worker] = self._scrape_errors.get(worker, 0) + 1
 
@@ -350,12 +354,12 @@ class FleetdExporter(Collector):
                 errors.add_metric([worker], float(count))
             out.append(errors)
 
+        s = spec("fleetd_config_reloads_total")  # from 0, so rate() sees the first reload
+        reloads = CounterMetricFamily(s.name, s.help, labels=["result"])
+        for outcome, count in self._reloads.items():
+            reloads.add_metric([outcome], float(count))
+        out.append(reloads)
         if self._last_reload_ok is not None:
-            s = spec("fleetd_config_reloads_total")
-            reloads = CounterMetricFamily(s.name, s.help, labels=["result"])
-            for outcome, count in self._reloads.items():
-                reloads.add_metric([outcome], float(count))
-            out.append(reloads)
             s = spec("fleetd_config_last_reload_success")
             out.append(
                 GaugeMetricFamily(s.name, s.help, value=1.0 if self._last_reload_ok else 0.0)

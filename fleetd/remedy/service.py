@@ -349,9 +349,13 @@ class Remediation:
                 "fleetd_remediation_gpus_out_of_service", status.gpus_out_of_service, scope=scope
             ),
         ]
+        # the reset plan's outcomes exist from 0, so rate()/increase() see the first run
+        zeros = {
+            (m.Plan.RESET.value, s.value): 0 for s in m.TERMINAL if s is not m.RunState.DRAINED
+        }
         out += [
             reading("fleetd_remediation_runs_total", n, plan=plan, outcome=state)
-            for (plan, state), n in sorted(counts.items())
+            for (plan, state), n in sorted((zeros | dict(counts)).items())
         ]
         return out
 

@@ -73,10 +73,6 @@ MAY_BE_EMPTY = {
     ("fleetd-fleet-overview", "GPUs held out of service", "A"): "the run succeeds: none held",
     ("fleetd-node-detail", "KV-cache usage", "A"): "the stand-in workers export no KV cache",
     ("fleetd-gpu-detail", "KV-cache usage", "A"): "the stand-in workers export no KV cache",
-    ("fleetd-alerts-remediation", "Runs concluded in the time range", "A"): (
-        "fleetd_remediation_runs_total{plan,outcome} is first exported at 1 when the first "
-        "run of that plan and outcome concludes, so increase() cannot see that run"
-    ),
 }
 
 
