@@ -582,6 +582,31 @@ def _evidence(run: Run, *lines: str) -> Run:
     return replace(run, evidence=(*run.evidence, *lines)[-50:])
 
 
+def _worker_outcome(
+    run: Run,
+    worker: str,
+    error: str | None,
+    *,
+    done: tuple[WorkerPhase, str, str],
+    failed: tuple[WorkerPhase, str, str],
+    evidence: str | None = None,
+    **done_fields: Any,
+) -> tuple[Run, list[Command]]:
+    """One worker's command came back: move it to the done or failed phase and record it.
+
+    ``done`` and ``failed`` are (phase, record kind, record text); a failure is a warning
+    and, with ``evidence``, also a line of the run's evidence.
+    """
+    if error is not None:
+        phase, kind, text = failed
+        run = _set_worker(run, worker, phase=phase, detail=error)
+        if evidence is not None:
+            run = _evidence(run, evidence)
+        return run, [Record(kind, text, severity="warning")]
+    phase, kind, text = done
+    return _set_worker(run, worker, phase=phase, **done_fields), [Record(kind, text)]
+
+
 def _names(names: list[str] | tuple[str, ...]) -> str:
     return ", ".join(names) or "none"
 
@@ -858,16 +883,18 @@ def _stopping(run: Run, event: Event, now: float) -> Step:
         w = run.worker(event.worker)
         if w is None or w.phase is not WorkerPhase.STOPPING:
             return run, []
-        cmds: list[Command] = []
-        if event.error is not None:
-            run = _set_worker(run, event.worker, phase=WorkerPhase.STOP_FAILED, detail=event.error)
-            run = _evidence(run, f"stopping {event.worker} failed: {event.error}")
-            cmds.append(
-                Record("worker_stop_failed", f"{event.worker}: {event.error}", severity="warning")
-            )
-        else:
-            run = _set_worker(run, event.worker, phase=WorkerPhase.STOPPED)
-            cmds.append(Record("worker_stopped", f"{event.worker} stopped"))
+        run, cmds = _worker_outcome(
+            run,
+            event.worker,
+            event.error,
+            done=(WorkerPhase.STOPPED, "worker_stopped", f"{event.worker} stopped"),
+            failed=(
+                WorkerPhase.STOP_FAILED,
+                "worker_stop_failed",
+                f"{event.worker}: {event.error}",
+            ),
+            evidence=f"stopping {event.worker} failed: {event.error}",
+        )
         if _all_in(run, WorkerPhase.STOPPED, WorkerPhase.STOP_FAILED):
             nxt, more = _after_stopped(run, now)
             return nxt, cmds + more
@@ -1082,16 +1109,14 @@ def _starting(run: Run, event: Event, now: float) -> Step:
         w = run.worker(event.worker)
         if w is None or w.phase is not WorkerPhase.STARTING:
             return run, []
-        cmds: list[Command] = []
-        if event.error is not None:
-            run = _set_worker(run, event.worker, phase=WorkerPhase.FAILED, detail=event.error)
-            run = _evidence(run, f"starting {event.worker} failed: {event.error}")
-            cmds.append(
-                Record("worker_start_failed", f"{event.worker}: {event.error}", severity="warning")
-            )
-        else:
-            run = _set_worker(run, event.worker, phase=WorkerPhase.STARTED)
-            cmds.append(Record("worker_started", f"{event.worker} started"))
+        run, cmds = _worker_outcome(
+            run,
+            event.worker,
+            event.error,
+            done=(WorkerPhase.STARTED, "worker_started", f"{event.worker} started"),
+            failed=(WorkerPhase.FAILED, "worker_start_failed", f"{event.worker}: {event.error}"),
+            evidence=f"starting {event.worker} failed: {event.error}",
+        )
         if not _workers_in(run, WorkerPhase.STARTING):
             nxt, more = _start_await_ready(run, now)
             return nxt, cmds + more
@@ -1139,19 +1164,17 @@ def _await_ready(run: Run, event: Event, now: float) -> Step:
         w = run.worker(event.worker)
         if w is None or w.phase is not WorkerPhase.READY:
             return run, []
-        cmds: list[Command] = []
-        if event.error is not None:
-            run = _set_worker(run, event.worker, phase=WorkerPhase.FAILED, detail=event.error)
-            cmds.append(
-                Record(
-                    "worker_reroute_failed",
-                    f"putting {event.worker} back into rotation failed: {event.error}",
-                    severity="warning",
-                )
-            )
-        else:
-            run = _set_worker(run, event.worker, phase=WorkerPhase.REROUTED)
-            cmds.append(Record("worker_rerouted", f"{event.worker} back in rotation"))
+        run, cmds = _worker_outcome(
+            run,
+            event.worker,
+            event.error,
+            done=(WorkerPhase.REROUTED, "worker_rerouted", f"{event.worker} back in rotation"),
+            failed=(
+                WorkerPhase.FAILED,
+                "worker_reroute_failed",
+                f"putting {event.worker} back into rotation failed: {event.error}",
+            ),
+        )
         if _all_in(run, WorkerPhase.REROUTED, WorkerPhase.FAILED):
             nxt, more = _conclude_readmission(run, now)
             return nxt, cmds + more
@@ -1181,18 +1204,15 @@ def _rolling_back(run: Run, event: Event, now: float) -> Step:
         w = run.worker(event.worker)
         if w is None or w.phase not in (WorkerPhase.UNROUTING, WorkerPhase.UNROUTED):
             return run, []
-        cmds: list[Command] = []
-        if event.error is not None:
-            run = _set_worker(run, event.worker, phase=WorkerPhase.FAILED, detail=event.error)
-            run = _evidence(run, f"putting {event.worker} back failed: {event.error}")
-            cmds.append(
-                Record(
-                    "worker_reroute_failed", f"{event.worker}: {event.error}", severity="warning"
-                )
-            )
-        else:
-            run = _set_worker(run, event.worker, phase=WorkerPhase.SERVING, idle_reads=0)
-            cmds.append(Record("worker_rerouted", f"{event.worker} back in rotation"))
+        run, cmds = _worker_outcome(
+            run,
+            event.worker,
+            event.error,
+            done=(WorkerPhase.SERVING, "worker_rerouted", f"{event.worker} back in rotation"),
+            failed=(WorkerPhase.FAILED, "worker_reroute_failed", f"{event.worker}: {event.error}"),
+            evidence=f"putting {event.worker} back failed: {event.error}",
+            idle_reads=0,
+        )
         if not _workers_in(run, WorkerPhase.UNROUTING, WorkerPhase.UNROUTED):
             nxt, more = _abort(run, now, run.outcome or "aborted", page=run.page_on_abort)
             return nxt, cmds + more
