@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -90,12 +90,12 @@ def _targets(fleet: Fleet, nodes: Sequence[str]) -> list[Target]:
     return [fleet.resolve(n) for n in nodes] if nodes else fleet.targets()
 
 
-def _unreachable_lines(replies: Sequence[Reply], fleet: Fleet) -> list[str]:
-    return [
-        fleet.painter.paint(f"{r.target.name}: {r.message()}", "bold red")
-        for r in replies
-        if not r.ok
-    ]
+def _exit_after_unreachable(replies: Sequence[Reply], fleet: Fleet, code: int) -> NoReturn:
+    """Name every node that did not answer, then exit with the command's code."""
+    for reply in replies:
+        if not reply.ok:
+            fleet.echo(fleet.painter.paint(f"{reply.target.name}: {reply.message()}", "bold red"))
+    raise SystemExit(code)
 
 
 def _echo_json(data: Any) -> None:
@@ -175,9 +175,7 @@ def alerts_command(
             ]
         )
     fleet.echo(render_table(ALERT_COLUMNS, rows, fleet.painter))
-    for line in _unreachable_lines(replies, fleet):
-        fleet.echo(line)
-    raise SystemExit(code)
+    _exit_after_unreachable(replies, fleet, code)
 
 
 @click.command("ack")
@@ -267,9 +265,7 @@ def silence_list(nodes: tuple[str, ...], everything: bool, as_json: bool, **kw: 
         for n, s in found
     ]
     fleet.echo(render_table(SILENCE_COLUMNS, rows, fleet.painter))
-    for line in _unreachable_lines(replies, fleet):
-        fleet.echo(line)
-    raise SystemExit(code)
+    _exit_after_unreachable(replies, fleet, code)
 
 
 @silence_group.command("expire")
@@ -391,9 +387,7 @@ def remediation_list(nodes: tuple[str, ...], as_json: bool, **kw: Any) -> None:
         fleet.echo(
             fleet.painter.paint(line + (f": {h['reason']}" if h["reason"] else ""), "yellow")
         )
-    for line in _unreachable_lines(replies, fleet):
-        fleet.echo(line)
-    raise SystemExit(code)
+    _exit_after_unreachable(replies, fleet, code)
 
 
 @remediation_group.command("show")
