@@ -1,5 +1,6 @@
 """Benchmark: a storm of 1,000 alert transitions through routing, grouping and the outbox to a
-real loopback HTTP receiver (a generic webhook).
+real loopback HTTP receiver (a generic webhook); and one remediation run announced through
+every integration of the shipped routing (bench/alerts_remediation.py).
 
 Group timers run on a fake clock: the storm's transitions arrive over 5 fake seconds, then
 the clock jumps past group_wait (30 s) so the figure measures fleetd's own work (durable
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import random
 import sys
 import tempfile
@@ -23,11 +25,13 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout and bench/
 
+from bench.alerts_remediation import remediation_case
 from fleetd.alert.config import AlertingConfig
 from fleetd.alert.dispatch import Dispatcher
 from fleetd.clock import FakeClock
+from fleetd.logs import configure_logging
 from fleetd.model import (
     Alert,
     AlertKey,
@@ -157,8 +161,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--transitions", type=int, default=1000)
     parser.add_argument("--rules", type=int, default=10)
+    parser.add_argument("--skip-remediation", action="store_true")
     args = parser.parse_args()
-    print(json.dumps(run(args.transitions, args.rules)))
+    result = run(args.transitions, args.rules)
+    if not args.skip_remediation:
+        with open(os.devnull, "w") as devnull:  # the remediation's logs are not the figure
+            configure_logging("json", "warning", stream=devnull)
+            result["remediation"] = remediation_case()
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

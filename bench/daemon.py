@@ -41,7 +41,10 @@ def main() -> None:
         port = probe.getsockname()[1]
         probe.close()
         config = Path(tmp) / "fleetd.yaml"
-        config.write_text(f"state_dir: {tmp}\nhttp: {{port: {port}}}\npoll: {{interval: 1s}}\n")
+        config.write_text(
+            f"state_dir: {tmp}\nhttp: {{port: {port}}}\npoll: {{interval: 1s}}\n"
+            "alerting: {receivers: [{name: console, console: [{}]}]}\n"
+        )
         proc = subprocess.Popen(
             [
                 sys.executable,

@@ -37,11 +37,11 @@ from fleetd.config import FleetdConfig
 from fleetd.logs import configure_logging
 from fleetd.model import Alert, AlertKey, AlertState, Severity, Transition, make_labels
 from fleetd.remedy import machine as m
-from fleetd.remedy.wiring import build_remediation
+from fleetd.remedy.journal import RunJournal
+from fleetd.remedy_wiring import build_remediation
 from fleetd.sim import SimulatedAmdSmi, build_node
 from fleetd.sim.vllm_worker import StandInFleet
 from fleetd.store.db import Database, sqlite_url
-from fleetd.store.journal import RunJournal
 
 NODE = "bench-node"
 

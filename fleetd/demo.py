@@ -1,9 +1,11 @@
 """What ``fleetd demo`` runs: the daemon on a simulated MI355X node with stand-in vLLM workers.
 
 Faults appear one after another (fleetd/sim/scenarios/demo.yaml). fleetd polls, stores,
-evaluates the shipped rules, delivers alerts to the console receiver, and remediates the
-uncorrectable ECC error on GPU 3 end to end: every vLLM worker of the XGMI hive drained, one
-reset, every GPU verified, the workers re-admitted. The workers are in-process stand-ins
+evaluates the shipped rules, delivers alerts to the console receiver, and takes the action
+each uncorrectable fault's AFID class names: the reset class on GPU 3 (AFID 22) end to end —
+every vLLM worker of the XGMI hive drained, one reset, every GPU verified, the workers
+re-admitted — and the physical class on GPU 6 (AFID 20) by quarantining GPU 6 alone without
+a reset, its page saying what a person must do. The workers are in-process stand-ins
 serving real HTTP on loopback, driven through fleetd's real ``systemd`` worker adapter via a
 stand-in ``systemctl``. Kept apart from the CLI so tests drive the same wiring on a fake clock.
 """
@@ -16,11 +18,12 @@ from pathlib import Path
 from typing import TextIO
 
 from fleetd.clock import Clock
-from fleetd.config import FleetdConfig, VllmWorkerConfig
+from fleetd.config import FleetdConfig
 from fleetd.configbase import validate
 from fleetd.daemon import Daemon, open_backend
 from fleetd.remedy.events import RemediationEvent
 from fleetd.sim.vllm_worker import StandInFleet
+from fleetd.vllm.config import VllmWorkerConfig
 
 DEMO_SCENARIO = "demo"
 DEMO_MODEL = "stand-in/llama-3.1-70b"

@@ -43,9 +43,6 @@ def configure_logging(
         logger_factory=structlog.PrintLoggerFactory(file=stream or sys.stderr),
         cache_logger_on_first_use=False,
     )
-    # APScheduler logs through the standard library; fleetd counts skipped runs itself
-    # (fleetd_polls_missed_total, event poll_overrun), so only its errors are worth a line
-    logging.getLogger("apscheduler").setLevel(logging.ERROR)
 
 
 def get_logger(component: str) -> Any:

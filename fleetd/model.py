@@ -24,6 +24,16 @@ def make_labels(pairs: Mapping[str, object] | Iterable[tuple[str, object]] = ())
     return tuple(sorted((str(k), str(v)) for k, v in items))
 
 
+NON_IDENTIFYING_LABELS = frozenset({"uuid"})
+"""Labels shown on a series and an alert but not part of what the alert *is*: the GPU's UUID
+changes format between amdsmi releases (7.13), while ``gpu`` (its index, by BDF) does not."""
+
+
+def identity_labels(labels: Labels) -> Labels:
+    """``labels`` without the non-identifying ones (what an alert's key is made of)."""
+    return tuple(pair for pair in labels if pair[0] not in NON_IDENTIFYING_LABELS)
+
+
 def label_value(labels: Labels, name: str) -> str | None:
     """The value of one label, or None."""
     for key, value in labels:
@@ -196,12 +206,49 @@ class HealthState(StrEnum):
     DEGRADED = "degraded"  # warning alerts firing
     UNHEALTHY = "unhealthy"  # critical alerts firing
     UNKNOWN = "unknown"  # no fresh data: never shown as healthy
+    OUT_OF_SERVICE = "out_of_service"  # drained, remediating, quarantined or held: never healthy
+
+
+class ServiceReason(StrEnum):
+    """Why a GPU is out of service (``fleetd.rules.health.out_of_service`` derives it)."""
+
+    REMEDIATING = "remediating"  # a real run has it out of rotation or holds its lease
+    DRAINED = "drained"  # a person drained it; held until an undrain
+    QUARANTINED = "quarantined"  # remediation gave up on it; held until an undrain
+    HELD = "held"  # a run ended (cancelled, aborted) with its workers still out
+
+
+@dataclass(frozen=True, slots=True)
+class OutOfService:
+    """A GPU taken out of service by remediation: why, by which run, since when."""
+
+    reason: ServiceReason
+    run_id: str
+    plan: str
+    run_state: str
+    since: float
+    detail: str = ""  # the run's outcome (why it was quarantined, who drained it)
+
+    def describe(self) -> str:
+        """``quarantined by run 1f2e… (reset, quarantined)``, for reasons and status lines."""
+        return f"{self.reason.value} by run {self.run_id} ({self.plan}, {self.run_state})"
 
 
 @dataclass(frozen=True, slots=True)
 class Health:
-    """A verdict and the age of the data behind it."""
+    """A verdict and the age of the data behind it.
+
+    ``rules_state`` is what alert state and telemetry alone say when ``state`` is
+    ``out_of_service`` (a quarantined GPU may still be unhealthy); otherwise it is ``state``.
+    """
 
     state: HealthState
     data_age_s: float | None
     reasons: tuple[str, ...] = field(default_factory=tuple)
+    out_of_service: OutOfService | None = None
+    rules_state: HealthState | None = None
+
+    @property
+    def judged(self) -> HealthState:
+        """The verdict of the rules and telemetry, whatever remediation did."""
+        return self.rules_state if self.rules_state is not None else self.state

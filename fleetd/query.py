@@ -17,6 +17,8 @@ from fleetd.model import Labels, Sample, SeriesKey
 
 MatchOp = Literal["=", "!=", "=~", "!~"]
 WindowFn = Literal["avg", "min", "max", "last", "count", "changes", "increase", "rate", "delta"]
+RangeAgg = Literal["last", "first", "avg", "min", "max", "count"]
+"""How ``Query.range`` summarises one step bucket."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +96,8 @@ class Query(Protocol):
         start: float,
         end: float,
         step: float | None = None,
+        agg: RangeAgg = "last",
     ) -> dict[SeriesKey, list[Sample]]:
-        """Samples in ``[start, end]``; with ``step``, the store may answer from rollups."""
+        """Samples in ``[start, end]``; with ``step``, one ``agg`` sample per step bucket
+        ``(t - step, t]`` (the store may answer from rollups)."""
         ...

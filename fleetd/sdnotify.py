@@ -11,7 +11,7 @@ import socket
 import time
 
 
-class Notifier:
+class SystemdNotify:
     """Sends notifications to the socket systemd gave us, if any."""
 
     def __init__(self, address: str | None = None) -> None:

@@ -1,8 +1,20 @@
 #!/usr/bin/env bash
-# Install fleetd with its test dependencies and run the whole test suite.
+# Install fleetd with its pinned test dependencies into a virtual environment and run the
+# whole suite (ruff, mypy strict, pytest). The environment is $FLEETD_VENV (default .venv),
+# created when missing; every tool version comes from constraints.txt. The install step is
+# the only one that uses the package index: on Debian it also fills .wheelhouse/ with the
+# wheels tests/deb builds the Debian package from, offline (scripts/wheelhouse.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m pip install -q -e '.[test]' 'amdsmi==7.0.2' --no-warn-script-location
-python3 -m ruff check fleetd tests bench
-python3 -m mypy
-python3 -m pytest -q -p no:cacheprovider "$@"
+venv="${FLEETD_VENV:-.venv}"
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+export PATH="$(cd "$venv/bin" && pwd):$PATH"
+export VIRTUAL_ENV="$(cd "$venv" && pwd)"
+python -m pip install -q --disable-pip-version-check --no-warn-script-location \
+  -c constraints.txt -e '.[test]' 'amdsmi==7.0.2'
+if command -v dpkg-deb >/dev/null; then
+  PYTHON=python ./scripts/wheelhouse.sh .wheelhouse
+fi
+python -m ruff check fleetd tests bench
+python -m mypy
+python -m pytest -q -p no:cacheprovider "$@"

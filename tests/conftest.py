@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from pytest_httpserver import HTTPServer
 
 from fleetd.clock import FakeClock
 
@@ -71,3 +74,18 @@ def pg_url(pg_available: None) -> Iterator[str]:
         with admin.begin() as conn:
             conn.execute(text(f'DROP SCHEMA "{name}" CASCADE'))
         admin.dispose()
+
+
+@pytest.fixture
+def webhook(httpserver: HTTPServer) -> Iterator[list[dict[str, Any]]]:
+    """Alertmanager-format webhook bodies POSTed to ``httpserver``'s /hook, in order."""
+    received: list[dict[str, Any]] = []
+
+    def record(request: Any) -> Any:
+        from werkzeug import Response
+
+        received.append(json.loads(request.data))
+        return Response("ok")
+
+    httpserver.expect_request("/hook").respond_with_handler(record)
+    yield received

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+ALERTING = "alerting: {receivers: [{name: console, console: [{}]}]}\n"  # a file needs it
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -34,7 +36,7 @@ def fleetd(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[st
 def test_missing_amdsmi_library_is_one_clear_line(tmp_path: Path) -> None:
     """amdsmi installed (CI installs the package) but no libamd_smi.so: no traceback."""
     config = tmp_path / "fleetd.yaml"
-    config.write_text(f"state_dir: {tmp_path}\nhttp: {{port: 0}}\n")
+    config.write_text(f"state_dir: {tmp_path}\nhttp: {{port: 0}}\n{ALERTING}")
     proc = fleetd("run", "--config", str(config), env={"ROCM_PATH": str(tmp_path / "rocm")})
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2
@@ -44,9 +46,23 @@ def test_missing_amdsmi_library_is_one_clear_line(tmp_path: Path) -> None:
     assert "Traceback" not in err
 
 
+def test_an_unsafe_amdsmi_pair_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A node whose libamd_smi.so is ROCm 7.13's under the 7.0.2 package: refused, exit 2."""
+    scenario = tmp_path / "rocm713.yaml"
+    scenario.write_text("model: MI355X\nlibrary_version: 26.4.0\nsteps: []\n")
+    config = tmp_path / "fleetd.yaml"
+    config.write_text(f"state_dir: {tmp_path}\nhttp: {{port: 0}}\n{ALERTING}")
+    proc = fleetd("run", "--config", str(config), "--simulate", str(scenario))
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "is unsafe" in lines[0] and "backend.allow_unsafe_library" in lines[0]
+
+
 def test_bad_config_lists_every_problem_and_exits_1(tmp_path: Path) -> None:
     config = tmp_path / "fleetd.yaml"
-    config.write_text("poll: {interval: 0s}\nhttp: {port: http}\nbogus: true\n")
+    config.write_text(f"poll: {{interval: 0s}}\nhttp: {{port: http}}\nbogus: true\n{ALERTING}")
     proc = fleetd("run", "--config", str(config))
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1
@@ -58,7 +74,9 @@ def test_a_bad_rule_file_lists_its_problems_and_exits_1(tmp_path: Path) -> None:
     rules.mkdir()
     (rules / "bad.yaml").write_text("rules:\n  - name: X\n    expr: up > 1\n")
     config = tmp_path / "fleetd.yaml"
-    config.write_text(f"state_dir: {tmp_path}\nhttp: {{port: 0}}\nrules: {{local_dir: {rules}}}\n")
+    config.write_text(
+        f"state_dir: {tmp_path}\nhttp: {{port: 0}}\nrules: {{local_dir: {rules}}}\n{ALERTING}"
+    )
     proc = fleetd("run", "--config", str(config), "--simulate", "healthy")
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1
@@ -72,7 +90,7 @@ def test_a_port_in_use_is_one_clear_line(tmp_path: Path) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         config = tmp_path / "fleetd.yaml"
-        config.write_text(f"state_dir: {tmp_path}\nhttp: {{port: {port}}}\n")
+        config.write_text(f"state_dir: {tmp_path}\nhttp: {{port: {port}}}\n{ALERTING}")
         proc = fleetd("run", "--config", str(config), "--simulate", "healthy")
         _, err = proc.communicate(timeout=60)
     assert proc.returncode != 0
@@ -101,7 +119,9 @@ class Notifications:
 def running(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Notifications, Path, int]]:
     port = free_port()
     config = tmp_path / "fleetd.yaml"
-    config.write_text(f"state_dir: {tmp_path}\nhttp: {{port: {port}}}\npoll: {{interval: 1s}}\n")
+    config.write_text(
+        f"state_dir: {tmp_path}\nhttp: {{port: {port}}}\npoll: {{interval: 1s}}\n{ALERTING}"
+    )
     notify = Notifications(tmp_path / "notify.sock")
     proc = fleetd(
         "run",

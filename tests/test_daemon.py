@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import io
-import json
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from pytest_httpserver import HTTPServer
 
+from fleetd.api.alerts import current_alerts
+from fleetd.api.explain import explain_gpu
+from fleetd.api.status import node_status
 from fleetd.clock import FakeClock
 from fleetd.collect.amdsmi_backend import AmdSmiBackend
 from fleetd.config import FleetdConfig
@@ -20,6 +20,7 @@ from fleetd.model import AlertState
 from fleetd.sim import SimNode, SimulatedAmdSmi, build_node
 
 POLL = 5.0
+ALERTING = "alerting: {receivers: [{name: console, console: [{}]}]}\n"  # a file needs it
 
 
 def config(state: Path, **extra: Any) -> FleetdConfig:
@@ -56,20 +57,6 @@ def run(daemon: Daemon, clock: FakeClock, polls: int) -> None:
 
 def firing(daemon: Daemon) -> set[str]:
     return {a.key.rule for a in daemon.engine.alerts() if a.state == AlertState.FIRING}
-
-
-@pytest.fixture
-def webhook(httpserver: HTTPServer) -> Iterator[list[dict[str, Any]]]:
-    received: list[dict[str, Any]] = []
-
-    def record(request: Any) -> Any:
-        from werkzeug import Response
-
-        received.append(json.loads(request.data))
-        return Response("ok")
-
-    httpserver.expect_request("/hook").respond_with_handler(record)
-    yield received
 
 
 def test_restart_neither_repages_nor_forgets_a_firing_alert(
@@ -131,7 +118,7 @@ def test_storage_locked_keeps_alerting_from_memory_and_raises_its_own_alert(
 
 def test_reload_rejects_a_bad_file_and_keeps_running(tmp_path: Path, clock: FakeClock) -> None:
     path = tmp_path / "fleetd.yaml"
-    path.write_text(f"node: {{name: n1}}\nstate_dir: {tmp_path}\nhttp: {{port: 0}}\n")
+    path.write_text(f"node: {{name: n1}}\nstate_dir: {tmp_path}\nhttp: {{port: 0}}\n{ALERTING}")
     node = build_node("MI355X", seed=3, clock=clock)
     daemon = Daemon(
         FleetdConfig.model_validate(
@@ -150,13 +137,13 @@ def test_reload_rejects_a_bad_file_and_keeps_running(tmp_path: Path, clock: Fake
     )
     daemon.start()
     try:
-        path.write_text("poll: {interval: 0.1s}\nbogus: 1\n")
+        path.write_text(f"poll: {{interval: 0.1s}}\nbogus: 1\n{ALERTING}")
         assert daemon.reload() is False
         assert daemon.config.poll.interval == 5.0
         events = daemon.store.query_events(kinds=["config_reload"])
         assert "rejected" in events[-1].message and len(events[-1].data["problems"]) == 2
         path.write_text(
-            f"node: {{name: n1}}\nstate_dir: {tmp_path}\nhttp: {{port: 0}}\n"
+            f"node: {{name: n1}}\nstate_dir: {tmp_path}\nhttp: {{port: 0}}\n{ALERTING}"
             "poll: {interval: 2s}\nrules: {local_dir: null}\n"
         )
         assert daemon.reload() is True
@@ -164,7 +151,7 @@ def test_reload_rejects_a_bad_file_and_keeps_running(tmp_path: Path, clock: Fake
         run(daemon, clock, 1)
         # what a reload cannot apply keeps running as it is, and the event says so
         path.write_text(
-            f"node: {{name: n1}}\nstate_dir: {tmp_path}\nhttp: {{port: 0}}\n"
+            f"node: {{name: n1}}\nstate_dir: {tmp_path}\nhttp: {{port: 0}}\n{ALERTING}"
             "poll: {interval: 2s, gpu_timeout: 1s}\nrules: {local_dir: null}\n"
             "remediation: {mode: 'on'}\n"
         )
@@ -172,5 +159,50 @@ def test_reload_rejects_a_bad_file_and_keeps_running(tmp_path: Path, clock: Fake
         assert daemon.config.remediation.mode == "dry-run" and daemon.config.poll.gpu_timeout == 2
         restart = daemon.store.query_events(kinds=["config_reload"])[-1].data["restart_needed_for"]
         assert restart == ["remediation", "poll.gpu_timeout"]
+    finally:
+        daemon.stop()
+
+
+def test_a_rule_whose_readings_never_come_is_named_and_raises_one_info_alert(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """MI3xx boards answer N/A for average socket power: a site rule on it can never fire."""
+    local = tmp_path / "rules.d"
+    local.mkdir()
+    (local / "site.yaml").write_text(
+        "rules:\n"
+        "  - name: SiteAveragePowerHigh\n"
+        "    rationale: a site rule on a reading MI3xx boards do not provide\n"
+        "    expr: fleetd_gpu_power_average_watts > 1000\n"
+        "    severity: warning\n"
+        "    annotations: {summary: power}\n"
+    )
+    cfg = config(tmp_path / "state", rules={"local_dir": str(local)})
+    node = build_node("MI355X", seed=3, clock=clock)
+    daemon = daemon_on(node, clock, cfg)
+    daemon.start()
+    try:
+        run(daemon, clock, 2)
+        assert "FleetdRuleBlindSpots" not in firing(daemon)  # not judged before three polls
+        run(daemon, clock, 2)
+        text = daemon.exporter.render().decode()
+        assert 'fleetd_rule_inputs_supported{rule="SiteAveragePowerHigh"} 0.0' in text
+        assert 'fleetd_rule_inputs_supported{rule="GpuMissing"} 1.0' in text
+        assert "FleetdRuleBlindSpots" in firing(daemon)
+        [alert] = [a for a in daemon.engine.alerts() if a.key.rule == "FleetdRuleBlindSpots"]
+        assert alert.value == 1.0
+        assert 'fleetd_doctor_check{check="amdsmi"} 0.0' in text
+        # and `fleetctl explain` says so for every GPU
+        now = clock.now()
+        entry = node_status(daemon.services, now)["gpus"][0]
+        explained = explain_gpu(daemon.services, entry, current_alerts(daemon.services, now), now)
+        assert explained["blind_spots"] == [
+            {
+                "rule": "SiteAveragePowerHigh",
+                "missing": ["fleetd_gpu_power_average_watts"],
+                "text": "SiteAveragePowerHigh can never fire here: "
+                "fleetd_gpu_power_average_watts never provided",
+            }
+        ]
     finally:
         daemon.stop()

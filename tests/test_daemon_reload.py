@@ -31,6 +31,7 @@ def base(state: Path, **extra: Any) -> dict[str, Any]:
         "http": {"port": 0},
         "rules": {"local_dir": str(state / "rules.d")},
         "store": {"busy_timeout": 0.05, "retry_interval": 5},
+        "alerting": {"receivers": [{"name": "console", "console": [{}]}]},  # a file needs it
     }
     data.update(extra)
     return data

@@ -41,6 +41,8 @@ def run_for(demo: Demo, clock: FakeClock, seconds: int) -> None:
         daemon.tick()
         if second % 2 == 0:
             daemon.scrape_vllm()
+        if daemon.events is not None:
+            daemon.events.poll_cper()  # the cper job's work (no job scheduler here)
         daemon.deliver()
         daemon.remediate()
 
@@ -90,3 +92,35 @@ def test_metrics_and_api_are_served(demo: tuple[Demo, list[str]], clock: FakeClo
     assert status["node"] == "demo-mi355x" and len(status["gpus"]) == 8
     with urllib.request.urlopen(f"{base}/healthz", timeout=5) as response:
         assert json.load(response)["status"] == "ok"
+
+
+def test_a_physical_class_fault_quarantines_one_gpu_without_a_reset(
+    demo: tuple[Demo, list[str]], clock: FakeClock
+) -> None:
+    """The demo's GPU 6 fault (AFID 20, fatal HBM on-die ECC: replace the OAM), injected at
+    once: the ECC counters report it first and plan a hive reset; the fault's CPER record
+    joins the incident within the settle time and its physical class replaces the plan."""
+    built, lines = demo
+    daemon = built.daemon
+    assert daemon.sim is not None and daemon.remediation is not None
+    run_for(built, clock, 3)
+    daemon.sim.node.inject(6, "ecc_uncorrectable", fatal=True, afid=20)
+    run_for(built, clock, 40)
+    text = "\n".join(lines)
+    # the demo's own GPU 3 fault (at 30 s) is reset; GPU 6's never triggers one
+    assert [r.initiator for r in daemon.sim.node.resets] in ([], [3]), text
+    runs = [r for r in daemon.remediation.runs() if r.trigger.gpu == 6]
+    assert [r.state for r in runs] == [m.RunState.QUARANTINED], text
+    assert runs[0].gpu_indices == (6,) and runs[0].plan is m.Plan.QUARANTINE
+    assert "AFID 20" in (runs[0].outcome or "") and "OAM" in (runs[0].outcome or "")
+    assert "remediation replanned" in text and "remediation quarantined" in text
+    # one page for the fault: the first report's alert (the kernel line or the counters,
+    # whichever came first), never a second from the other reports
+    faults = ("GpuEccUncorrectableError", "GpuKernelUncorrectableError", "GpuCperFatalError")
+    pages = [
+        line for line in lines
+        if "FIRING   critical" in line and "gpu=6 " in line and any(f in line for f in faults)
+    ]  # fmt: skip
+    assert len(pages) == 1, pages
+    assert "FIRING   critical GpuRemediationHeld" in text and "replace the OAM" in text
+    assert not built.fleet.workers["gpu6"].in_rotation  # held for a person

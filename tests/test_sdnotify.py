@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetd.sdnotify import Notifier, watchdog_interval
+from fleetd.sdnotify import SystemdNotify, watchdog_interval
 
 
 @pytest.fixture
@@ -20,13 +20,13 @@ def listener(tmp_path: Path) -> socket.socket:
 
 
 def test_ready_sends_ready_and_status(listener: socket.socket, tmp_path: Path) -> None:
-    notifier = Notifier(str(tmp_path / "notify.sock"))
+    notifier = SystemdNotify(str(tmp_path / "notify.sock"))
     assert notifier.ready("8/8 GPUs healthy")
     assert listener.recv(4096).decode().splitlines() == ["READY=1", "STATUS=8/8 GPUs healthy"]
 
 
 def test_reloading_carries_monotonic_usec(listener: socket.socket, tmp_path: Path) -> None:
-    Notifier(str(tmp_path / "notify.sock")).reloading()
+    SystemdNotify(str(tmp_path / "notify.sock")).reloading()
     lines = listener.recv(4096).decode().splitlines()
     assert lines[0] == "RELOADING=1"
     assert lines[1].startswith("MONOTONIC_USEC=") and int(lines[1].split("=")[1]) > 0
@@ -37,20 +37,20 @@ def test_abstract_namespace_address() -> None:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind("\0" + name)
     sock.settimeout(2)
-    assert Notifier("@" + name).watchdog()
+    assert SystemdNotify("@" + name).watchdog()
     assert sock.recv(64) == b"WATCHDOG=1"
     sock.close()
 
 
 def test_without_systemd_it_is_a_no_op(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
-    notifier = Notifier()
+    notifier = SystemdNotify()
     assert not notifier.enabled
     assert notifier.ready("x") is False
 
 
 def test_dead_socket_does_not_raise(tmp_path: Path) -> None:
-    assert Notifier(str(tmp_path / "gone.sock")).stopping() is False
+    assert SystemdNotify(str(tmp_path / "gone.sock")).stopping() is False
 
 
 def test_watchdog_interval_is_half_of_watchdog_usec(monkeypatch: pytest.MonkeyPatch) -> None:

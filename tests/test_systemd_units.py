@@ -183,6 +183,18 @@ def test_fleetd_unit_speaks_the_notify_protocol(fleetd_unit: Unit) -> None:
     assert timespan(one(fleetd_unit, "Service", "TimeoutStartSec")) > watchdog
 
 
+def test_fleetd_unit_starts_after_the_clock_is_synchronised(fleetd_unit: Unit) -> None:
+    """Ordered after time-sync.target, which is passive (systemd.special(7): "ordered
+    after this unit, but not pull it in"): pulling in a wait-for-NTP service would keep the
+    health agent off a node whose NTP is unreachable, and fleetd slews later steps anyway."""
+    after = one(fleetd_unit, "Unit", "After").split()
+    assert "time-sync.target" in after
+    wants = one(fleetd_unit, "Unit", "Wants").split()
+    requires = fleetd_unit["Unit"].get("Requires", [])
+    assert "time-sync.target" not in wants + requires
+    assert not {"systemd-time-wait-sync.service", "chrony-wait.service"} & set(wants)
+
+
 def test_fleetd_unit_restarts_reloads_and_runs_the_daemon(fleetd_unit: Unit) -> None:
     assert one(fleetd_unit, "Service", "Restart") == "on-failure"
     reload = one(fleetd_unit, "Service", "ExecReload")

@@ -1,7 +1,7 @@
 """The dispatcher's working state: the alerts it holds, their groups, what each integration
 was told, and which alerts each Alertmanager is kept in step with.
 
-Everything here is a mirror of the database (``fleetd.store.outbox``) that a restart rebuilds
+Everything here is a mirror of the database (``fleetd.alert.outbox_store``) that a restart rebuilds
 with ``AlertBook(...)`` from the stored alerts and logs; the dispatcher changes it only after
 the transaction that records the same change has committed (``apply``), so memory never runs
 ahead of what a crash would leave behind.
@@ -10,7 +10,7 @@ ahead of what a crash would leave behind.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from sqlalchemy import Connection
 
@@ -18,10 +18,34 @@ from fleetd.alert import plan as planning
 from fleetd.alert.groups import AggregationGroup, Groups
 from fleetd.alert.integrations import Integration
 from fleetd.alert.notification import AlertRecord
+from fleetd.alert.outbox_store import (
+    AlertLogEntry,
+    GroupLogEntry,
+    NewEntry,
+    OutboxStore,
+    group_hash,
+)
 from fleetd.alert.routing import Route
-from fleetd.store.outbox import AlertLogEntry, GroupLogEntry, NewEntry, OutboxStore, group_hash
 
 LogKey = tuple[str, str]  # (integration id, group hash or fingerprint)
+
+
+@dataclass
+class Retired:
+    """What a flush retires: alerts, group logs (integration, group key) and per-alert logs
+    (integration, fingerprint) to delete; ``logs_gone`` the group-log keys, for ``apply``."""
+
+    gone: list[str] = field(default_factory=list)
+    logs_gone: list[LogKey] = field(default_factory=list)
+    group_logs: list[tuple[str, str]] = field(default_factory=list)
+    alert_logs: list[LogKey] = field(default_factory=list)
+
+    def write(self, conn: Connection, store: OutboxStore) -> None:
+        for integration_id, key in self.group_logs:
+            store.delete_group_log(conn, integration_id, key)
+        for integration_id, fp in self.alert_logs:
+            store.delete_alert_log(conn, integration_id, fp)
+        store.delete_alerts(conn, self.gone)
 
 
 class AlertBook:
@@ -117,21 +141,19 @@ class AlertBook:
 
     def retire(
         self,
-        conn: Connection,
-        store: OutboxStore,
         flushed: dict[str, list[str]],
         sync_drops: list[LogKey],
         orphans: list[str],
         now: float,
-    ) -> tuple[list[str], list[LogKey]]:
-        """Finish a flush inside its transaction: resolved alerts leave their groups (which
-        re-arm their timers), empty groups and alerts with nothing left to do are deleted.
+    ) -> Retired:
+        """Finish a flush: resolved alerts leave their groups (which re-arm their timers),
+        empty groups and alerts with nothing left to do are to be deleted; the caller writes
+        ``Retired.write`` in the flush's transaction (or later, while storage is down).
 
         ``flushed`` maps each flushed group's key to the resolved alerts it dealt with.
-        Returns the alerts and the group-log entries deleted.
         """
         candidates: set[str] = set(orphans)
-        logs_gone: list[LogKey] = []
+        retired = Retired()
         for key, finished in flushed.items():
             group = self.groups.by_key[key]
             candidates.update(finished)
@@ -139,15 +161,14 @@ class AlertBook:
                 for integration in self.receivers.get(group.route.receiver, []):
                     log_key = (integration.id, group_hash(key))
                     if log_key in self.group_log:
-                        store.delete_group_log(conn, integration.id, key)
-                        logs_gone.append(log_key)
+                        retired.group_logs.append((integration.id, key))
+                        retired.logs_gone.append(log_key)
         for integration_id, fp in sync_drops:
-            store.delete_alert_log(conn, integration_id, fp)
+            retired.alert_logs.append((integration_id, fp))
             self.sync_members[integration_id].discard(fp)
             candidates.add(fp)
-        gone = sorted(fp for fp in candidates if self._finished(fp))
-        store.delete_alerts(conn, gone)
-        return gone, logs_gone
+        retired.gone = sorted(fp for fp in candidates if self._finished(fp))
+        return retired
 
     def _finished(self, fp: str) -> bool:
         alert = self.alerts.get(fp)
@@ -159,7 +180,7 @@ class AlertBook:
 
     def apply(
         self,
-        plan: planning.Plan,
+        plan: planning.DeliveryPlan,
         sync_drops: list[LogKey],
         gone: list[str],
         logs_gone: list[LogKey],

@@ -4,8 +4,9 @@ It works alert by alert (like PagerDuty), not group by group: a line says what c
 an alert already printed is not printed again when its group changes.
 
 Writes to the stream it is given (stdout in the demo; under systemd that is the journal).
-A line is ``<time> FIRING|RESOLVED <severity> <alertname> <labels> value=<v>: <summary>``,
-or one JSON object per line with ``format: json``.
+A line is ``<time> FIRING <severity> <alertname> <labels> value=<v>: <summary>`` or
+``<time> RESOLVED <severity> <alertname> <labels> was=<v>``, or one JSON object per line with
+``format: json``.
 """
 
 from __future__ import annotations
@@ -22,15 +23,17 @@ _HIDDEN_LABELS = frozenset({"alertname", "severity"})
 
 
 def alert_line(alert: AlertRecord, at: float) -> str:
+    """A firing alert with its value and summary; a resolved one with its last value as
+    ``was=`` and no summary (the summary describes the moment it fired)."""
     state = "FIRING" if alert.firing else "RESOLVED"
     labels = " ".join(f"{k}={v}" for k, v in alert.labels if k not in _HIDDEN_LABELS)
     line = f"{iso8601(at)} {state:<8} {alert.severity:<8} {alert.alertname}"
     if labels:
         line += f" {labels}"
     if alert.value is not None:
-        line += f" value={alert.value:g}"
+        line += f" {'value' if alert.firing else 'was'}={alert.value:g}"
     summary = alert.annotation("summary")
-    if summary:
+    if summary and alert.firing:
         line += f": {summary}"
     return line
 

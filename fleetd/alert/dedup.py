@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from fleetd.store.outbox import GroupLogEntry
+from fleetd.alert.outbox_store import GroupLogEntry
 
 
 class NotifyReason(StrEnum):

@@ -1,14 +1,19 @@
-"""Delivering the outbox: per integration, in order, within its rate limit, with retries.
+"""Delivering the outbox: per integration, by lane, in order, within its rate limit, with retries.
 
-Each integration's pending entries go out strictly in the order they were queued; the head
-entry blocks the rest while it waits for a retry, so an outage followed by recovery delivers
-everything once and in order. An attempt is recorded before the HTTP call (``sending_since``),
-and the outcome after it:
+Each integration's pending entries go out urgent lane first (pages, resolves, acks; see
+``fleetd.alert.entries``), each lane strictly in the order it was queued; the next entry
+blocks those behind it while it waits for a retry, so an outage followed by recovery delivers
+everything once and in order. A receiver's 429 pauses the whole integration, not just the
+entry it answered: until its ``Retry-After`` (or the backoff when it gives none) nothing is
+sent, and the token bucket starts again empty at half its pace (back to full within ten
+seconds), so a burst ends in at most one 429 instead of a series of them. An attempt is
+recorded before the HTTP call (``sending_since``), and the outcome after it:
 
 * success: delivered (plus, in the same transaction, whatever the success implies: the sync
   log, the chat message reference, a follow-up edit of the parent message);
 * retryable (5xx, 429, 408, timeout, network): retried after capped exponential backoff with
-  jitter, or exactly after the server's Retry-After; given up after ``give_up_after``;
+  jitter, or exactly after the server's Retry-After; given up after ``give_up_after``; a 429
+  pauses the integration until then;
 * not retryable (any other 4xx, a Slack ``ok: false``): a configuration error — failed at
   once, logged once, counted, shown in ``status()`` and raised as a fleetd alert.
 """
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
@@ -27,11 +33,11 @@ from fleetd.alert.base import HttpNotifyError, redact
 from fleetd.alert.config import DeliveryConfig
 from fleetd.alert.integrations import Integration
 from fleetd.alert.notification import Notification, Receipt
+from fleetd.alert.outbox_store import RATE_LIMITED, OutboxEntry
 from fleetd.alert.retry import backoff_delay
 from fleetd.alert.stats import IntegrationStats
 from fleetd.errors import NotifyError
 from fleetd.logs import get_logger
-from fleetd.store.outbox import OutboxEntry, OutboxStore
 
 MAX_PER_TICK = 50  # entries one integration may send in one tick, rate limit permitting
 _NOW = float("-inf")
@@ -44,6 +50,25 @@ class Outcome(Enum):
     FAILED = "failed"
 
 
+class Queue(Protocol):
+    """Where entries wait: the durable outbox (``OutboxStore``) or its memory lane
+    (``fleetd.alert.memlane.MemoryOutbox``)."""
+
+    def pending(self, integration: str, limit: int) -> list[OutboxEntry]: ...
+
+    def rate_limited_until(self, integration: str) -> float | None: ...
+
+    def mark_sending(self, entry_id: int, now: float) -> None: ...
+
+    def mark_delivered(self, conn: Connection | None, entry_id: int, now: float) -> None: ...
+
+    def mark_retry(self, entry_id: int, due_at: float, error: str, code: int | None) -> None: ...
+
+    def mark_failed(self, entry_id: int, now: float, error: str, code: int | None) -> None: ...
+
+    def transaction(self) -> AbstractContextManager[Connection | None]: ...
+
+
 class DeliveryHooks(Protocol):
     """What the dispatcher does around deliveries."""
 
@@ -53,13 +78,14 @@ class DeliveryHooks(Protocol):
 
     def delivered(
         self,
-        conn: Connection,
+        conn: Connection | None,
         integration: Integration,
         notification: Notification,
         receipt: Receipt | None,
         now: float,
     ) -> None:
-        """Record what a success implies, in the transaction that marks it delivered."""
+        """Record what a success implies, in the transaction that marks it delivered
+        (None: the memory lane's, where it is recorded once storage is back)."""
         ...
 
     def rejected(self, integration: Integration, error: str, now: float) -> None:
@@ -83,7 +109,7 @@ class Delivery:
 
     def __init__(
         self,
-        store: OutboxStore,
+        store: Queue,
         config: DeliveryConfig,
         rng: random.Random,
         stats_for: Callable[[Integration], IntegrationStats],
@@ -120,6 +146,10 @@ class Delivery:
         if self._wake.get(key, _NOW) > now:
             return
         self._wake[key] = _NEVER  # until we learn otherwise (or something is queued)
+        paused = self._store.rate_limited_until(key)
+        if paused is not None and paused > now:
+            self._pause(integration, paused)
+            return
         limit = MAX_PER_TICK
         if integration.limiter is not None:
             limit = min(limit, integration.limiter.available(now))
@@ -134,7 +164,7 @@ class Delivery:
             if integration.limiter is not None and not integration.limiter.take(now):
                 self._later(key, _NOW)
                 return
-            outcome = self._attempt(integration, entry, now, hooks)
+            outcome, retry_at = self._attempt(integration, entry, now, hooks)
             if outcome is Outcome.DELIVERED:
                 report.delivered += 1
             elif outcome is Outcome.FAILED:
@@ -142,13 +172,22 @@ class Delivery:
             else:
                 report.retried += 1
                 self._later(key, _NOW)  # the head waits; later entries wait behind it
+                if retry_at is not None:  # rate limited: everything waits
+                    self._pause(integration, retry_at)
                 return
         if len(entries) == limit:
             self._later(key, _NOW)
 
+    def _pause(self, integration: Integration, until: float) -> None:
+        """Send nothing before ``until``, then one message, then the steady rate."""
+        self._wake[integration.id] = until
+        if integration.limiter is not None:
+            integration.limiter.hold(until)
+
     def _attempt(
         self, integration: Integration, entry: OutboxEntry, now: float, hooks: DeliveryHooks
-    ) -> Outcome:
+    ) -> tuple[Outcome, float | None]:
+        """The outcome, and when a receiver that rate-limited us lets us send again."""
         stats = self._stats_for(integration)
         notification = hooks.prepare(integration, Notification.from_json(entry.payload))
         if entry.sending_since is not None:
@@ -166,7 +205,7 @@ class Delivery:
         except Exception as exc:  # a bug in a notifier must not stop the others
             error = NotifyError(f"notifier crashed ({type(exc).__name__})", retryable=False)
             return self._failed(integration, entry, error, now, hooks)
-        with self._store.db.begin() as conn:
+        with self._store.transaction() as conn:
             self._store.mark_delivered(conn, entry.id, now)
             hooks.delivered(conn, integration, notification, receipt, now)
         stats.sent += 1
@@ -178,7 +217,7 @@ class Delivery:
                 "notify_recovered", receiver=integration.receiver, integration=integration.name
             )
             hooks.recovered(integration, now)
-        return Outcome.DELIVERED
+        return Outcome.DELIVERED, None
 
     def _failed(
         self,
@@ -187,7 +226,7 @@ class Delivery:
         exc: NotifyError,
         now: float,
         hooks: DeliveryHooks,
-    ) -> Outcome:
+    ) -> tuple[Outcome, float | None]:
         stats = self._stats_for(integration)
         error = redact(str(exc), integration.secrets)
         code = exc.status if isinstance(exc, HttpNotifyError) else None
@@ -201,7 +240,7 @@ class Delivery:
             self._log_once(
                 stats, "notify_retry", integration, error, attempt=attempts, retry_in=delay
             )
-            return Outcome.RETRY
+            return Outcome.RETRY, (now + delay if code == RATE_LIMITED else None)
         self._store.mark_failed(entry.id, now, error, code)
         stats.failed += 1
         if exc.retryable:  # gave up
@@ -212,14 +251,14 @@ class Delivery:
                 attempts=attempts,
                 error=error,
             )
-            return Outcome.FAILED
+            return Outcome.FAILED, None
         stats.config_errors += 1
         first = not stats.rejecting
         stats.rejecting = True
         self._log_once(stats, "notify_rejected", integration, error, status=code)
         if first:
             hooks.rejected(integration, error, now)
-        return Outcome.FAILED
+        return Outcome.FAILED, None
 
     def _retry_delay(self, exc: NotifyError, attempts: int) -> float:
         if exc.retry_after is not None:

@@ -6,7 +6,19 @@
               └─ deliver ──► per integration, in order, rate-limited, retried ──► notifiers
 
 ``submit`` is called by the daemon's poll loop and only writes the database and an in-memory
-inbox, so it never waits for a notifier. ``tick`` runs on the daemon's delivery job (every
+inbox, so it never waits for a notifier, and waits at most ``SUBMIT_WAIT`` for the database.
+
+While the database cannot be written (disk full, read-only or immutable files, another
+process holding the write lock, a corrupt file) the dispatcher runs *offline*: the same
+routing, grouping, dedup and planning, but every outbox entry goes to the memory lane
+(``fleetd.alert.memlane.MemoryOutbox``), delivered by the same ``Delivery`` (lanes, order,
+429), and every write it would have made (alerts, notification logs, what a delivery
+implies) waits in order in memory. Every ``RECONCILE_EVERY`` seconds a tick tries to write it
+all back in one transaction: memory entries with their state and notification ids (delivered
+ones as delivered: never sent twice), then the deferred writes; the durable outbox then
+carries on. A crash while offline loses the memory lane; the daemon keeps alert state unsaved
+meanwhile, so after the restart the rules re-announce what was not recorded (at least once,
+never lost). ``tick`` runs on the daemon's delivery job (every
 second or so, never overlapping itself): the flush happens under the dispatcher's lock, the
 HTTP calls outside it, each with its timeout. A restart rebuilds everything from the
 database: alerts, groups and their timers (from the notification logs), pending deliveries.
@@ -15,42 +27,64 @@ database: alerts, groups and their timers (from the notification logs), pending 
 from __future__ import annotations
 
 import random
+import sqlite3
 import sys
 import threading
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import TextIO
 
 import requests
+from sqlalchemy import Connection
+from sqlalchemy.exc import SQLAlchemyError
 
 from fleetd.alert import plan as planning
 from fleetd.alert.book import AlertBook
 from fleetd.alert.config import AlertingConfig
 from fleetd.alert.delivery import Delivery, DeliveryReport
+from fleetd.alert.entries import new_entry
+from fleetd.alert.gpuinfo import GpuDetails
 from fleetd.alert.hooks import SELF_ALERT, DispatchHooks, rejection_alert
 from fleetd.alert.inhibit import Inhibitions, InhibitRule
 from fleetd.alert.integrations import Integration, all_integrations, build_integrations
 from fleetd.alert.matchers import parse_matcher
+from fleetd.alert.memlane import MemoryOutbox
 from fleetd.alert.notification import (
     Action,
     AlertRecord,
     ChangeEvent,
+    HeldAlert,
     Notification,
+    Receipt,
     iso8601,
     record_from_alert,
 )
+from fleetd.alert.outbox_store import AlertLogEntry, NewEntry, OutboxStore
 from fleetd.alert.routing import build_routes
+from fleetd.alert.silence_store import Acknowledgement, Silence, SilenceState, SilenceStore
 from fleetd.alert.stats import IntegrationStats, readings
+from fleetd.errors import StoreError
 from fleetd.logs import get_logger
-from fleetd.model import AlertState, Reading, Transition
+from fleetd.model import AlertState, Reading, Transition, make_labels
 from fleetd.query import Matcher
 from fleetd.store.db import Database
-from fleetd.store.outbox import NewEntry, OutboxStore
-from fleetd.store.silences import Acknowledgement, Silence, SilenceState, SilenceStore
 
 __all__ = ["SELF_ALERT", "Dispatcher", "TickReport"]
 
 HOUSEKEEPING_EVERY = 60.0
+SUBMIT_WAIT = 0.25  # the poll's longest wait for the database's write lock
+FLUSH_WAIT = 0.5  # a flush's (the poll's submit may wait behind it)
+RECONCILE_EVERY = 2.0  # while offline: how often to try writing the memory lane back
+RECONCILE_WAIT = 0.25
+STORAGE_ERRORS = (SQLAlchemyError, StoreError, OSError, sqlite3.Error)
+
+Write = Callable[[Connection], None]
+
+
+def _reason(exc: BaseException) -> str:
+    from fleetd.store.resilient import classify  # the store's words for the failure
+
+    return classify(exc).reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +119,16 @@ class Dispatcher:
         rng: random.Random | None = None,
         session: requests.Session | None = None,
         stream: TextIO | None = None,
+        external_labels: Mapping[str, str] | None = None,
+        gpu_details: GpuDetails | None = None,
     ) -> None:
+        """``external_labels`` (the node's ``node.labels``) are added to every alert and change
+        event, never overriding a label it has; ``gpu_details`` gives the serial number, BDF,
+        product and firmware of a ``gpu`` label value for PagerDuty's custom_details."""
         self._db = db
         self._node = node
+        self._external = make_labels(dict(external_labels or {}))
+        self._gpu_details = gpu_details
         self._rng = rng or random.Random()
         self._session = session or requests.Session()
         self._owns_session = session is None
@@ -101,6 +142,10 @@ class Dispatcher:
         self._stats: dict[str, IntegrationStats] = {}
         self._last_housekeeping = float("-inf")
         self._log = get_logger("alert.dispatch")
+        self._offline: tuple[str, float] | None = None  # (why, since) the database is unwritable
+        self._deferred: list[Write] = []  # writes waiting for it, in order
+        self._memory = MemoryOutbox()
+        self._next_reconcile = float("-inf")
         self._configure(config)
         self._restore(now)
         self._fail_orphaned(now)
@@ -116,6 +161,7 @@ class Dispatcher:
         self._by_id = {i.id: i for i in self._integrations}
         self._inhibit_rules = [InhibitRule.from_config(r) for r in config.inhibit_rules]
         self._delivery = Delivery(self._store, config.delivery, self._rng, self._stats_for)
+        self._memory_delivery = Delivery(self._memory, config.delivery, self._rng, self._stats_for)
 
     def _restore(self, now: float) -> None:
         """Rebuild the working state from the database (start-up, or after a failed flush)."""
@@ -180,10 +226,100 @@ class Dispatcher:
     def _record(self, records: list[AlertRecord], now: float) -> None:
         if not records:
             return
-        with self._db.begin() as conn:
-            self._store.upsert_alerts(conn, records, now)
+        records = [self._with_node_labels(r) for r in records]
+        store = self._store
+        self._write(lambda conn: store.upsert_alerts(conn, records, now), now, SUBMIT_WAIT)
         with self._inbox_lock:
             self._inbox.extend(records)
+
+    # ----------------------------------------------------------------- storage, or memory
+    @property
+    def offline(self) -> bool:
+        """Whether the dispatcher holds writes (and maybe notifications) in memory only."""
+        return self._offline is not None
+
+    def _write(self, write: Write, now: float, timeout: float | None = None) -> bool:
+        """``write`` in a transaction now, or (offline) later, in order; True when durable."""
+        with self._lock:
+            if self._offline is None:
+                try:
+                    with self._db.begin(timeout=timeout) as conn:
+                        write(conn)
+                    return True
+                except STORAGE_ERRORS as exc:
+                    self._go_offline(exc, now)
+            self._deferred.append(write)
+            return False
+
+    def _go_offline(self, exc: BaseException, now: float) -> None:
+        with self._lock:
+            if self._offline is not None:
+                return
+            reason = _reason(exc)
+            self._offline = (reason, now)
+            self._next_reconcile = now + RECONCILE_EVERY
+            self._log.warning(
+                "alert_outbox_offline",
+                reason=reason,
+                detail="notifications leave from memory until the database can be written",
+            )
+
+    def _reconcile(self, now: float) -> None:
+        """Write the memory lane and the deferred writes back, all or nothing."""
+        self._next_reconcile = now + RECONCILE_EVERY
+        entries = self._memory.take()
+        writes = list(self._deferred)
+        try:
+            with self._db.begin(timeout=RECONCILE_WAIT) as conn:
+                written = self._store.restore(conn, entries)
+                for write in writes:
+                    write(conn)
+        except STORAGE_ERRORS as exc:
+            self._memory.put_back(entries)
+            self._log.debug("alert_outbox_still_offline", reason=_reason(exc))
+            return
+        del self._deferred[: len(writes)]
+        assert self._offline is not None
+        reason, since = self._offline
+        self._offline = None
+        self._delivery.queued(i.id for i in self._integrations)
+        self._log.info(
+            "alert_outbox_reconciled",
+            reason=reason,
+            offline_for_s=round(now - since, 3),
+            delivered_from_memory=sum(1 for e in entries if e.status == "delivered"),
+            pending=sum(1 for e in entries if e.status == "pending"),
+            written=written,
+            writes=len(writes),
+            dropped=self._memory.dropped,
+        )
+
+    def _with_node_labels(self, record: AlertRecord) -> AlertRecord:
+        """``record`` with the node's labels it lacks (Prometheus' external_labels).
+
+        The fingerprint stays the rules engine's (rule and the alert's own labels), so it, the
+        PagerDuty dedup key and the API link do not change. A firing episode the dispatcher
+        already holds keeps the node labels it was announced with until it ends (a label it
+        did not have stays absent), so adding or changing node labels, or upgrading from a
+        fleetd without them, re-announces nothing: groups, Alertmanager's label sets and the
+        notification logs stay as they were; the next episode carries the new labels.
+        """
+        if not self._external:
+            return record
+        with self._lock:
+            held = self._book.alerts.get(record.fingerprint)
+        announced = (
+            dict(held.labels) if held is not None and held.starts_at == record.starts_at else None
+        )
+        labels = dict(record.labels)
+        for name, value in self._external:
+            if name in labels:
+                continue
+            if announced is None:
+                labels[name] = value
+            elif name in announced:
+                labels[name] = announced[name]
+        return replace(record, labels=make_labels(labels))
 
     def submit_change(self, event: ChangeEvent, now: float) -> int:
         """Queue a remediation step for every integration with ``send_changes``; durable.
@@ -191,15 +327,24 @@ class Dispatcher:
         Change events bypass routing (they are not alerts) and are never grouped; an event
         with an ``id`` is queued at most once per integration. Returns the entries queued.
         """
+        if self._external:
+            labels = dict(self._external) | dict(event.labels)
+            event = replace(event, labels=make_labels(labels))
         entries = [
             self._entry(integration, "change", "", now, change=event, dedup_id=event.id)
             for integration in self._integrations
             if integration.send_changes and integration.mode != "sync"
         ]
-        with self._db.begin() as conn:
-            queued = self._store.enqueue(conn, entries, now)
-        self._delivery.queued(e.integration for e in entries)
-        return queued
+        with self._lock:
+            counted: list[int] = []
+            store = self._store
+            if self._write(lambda conn: counted.append(store.enqueue(conn, entries, now)), now):
+                self._delivery.queued(e.integration for e in entries)
+                return counted[0]
+            self._deferred.pop()  # the entries go to the memory lane instead
+            added = self._memory.add(entries, now)
+            self._memory_delivery.queued(e.integration for e in added)
+            return len(added)
 
     def _entry(
         self,
@@ -223,16 +368,9 @@ class Dispatcher:
             reason=reason or action,
             change=change,
             external_url=self._config.external_url,
+            node_labels=self._external,
         )
-        return NewEntry(
-            integration.id,
-            integration.receiver,
-            integration.kind,
-            action,
-            "",
-            notification.to_json(),
-            dedup_id=dedup_id,
-        )
+        return new_entry(integration, notification, dedup_id=dedup_id)
 
     # --------------------------------------------------------------------------------- tick
     def tick(self, now: float) -> TickReport:
@@ -241,15 +379,37 @@ class Dispatcher:
             return TickReport(skipped=True)
         try:
             with self._lock:
+                if self._offline is not None and now >= self._next_reconcile:
+                    self._reconcile(now)
                 flushed, queued = self._flush(now)
                 hooks = DispatchHooks(
                     self._store, self._book, self._lock, self._delivery.queued, self._self_alert
                 )
-            report = self._delivery.run(self._integrations, now, hooks)
-            self._housekeeping(now)
+                offline = self._offline is not None
+            report = DeliveryReport()
+            if not offline:
+                try:
+                    report = self._delivery.run(self._integrations, now, hooks)
+                except STORAGE_ERRORS as exc:  # the entry's outcome is not recorded: resent
+                    self._go_offline(exc, now)
+            if self._memory.has_pending():
+                offline_hooks = OfflineHooks(hooks, self._defer, self._book, self._lock)
+                memory = self._memory_delivery.run(self._integrations, now, offline_hooks)
+                report.delivered += memory.delivered
+                report.retried += memory.retried
+                report.failed += memory.failed
+            if self._offline is None:
+                try:
+                    self._housekeeping(now)
+                except STORAGE_ERRORS as exc:
+                    self._go_offline(exc, now)
         finally:
             self._tick_lock.release()
         return _report(flushed, queued, report)
+
+    def _defer(self, write: Write) -> None:
+        with self._lock:
+            self._deferred.append(write)
 
     def _flush(self, now: float) -> tuple[int, int]:
         with self._inbox_lock:
@@ -257,8 +417,15 @@ class Dispatcher:
         self._end_acknowledgements(records)
         orphans = self._book.ingest(records)
         self._silences = [s for s in self._silences if s.state(now) != "expired"]
-        ctx = planning.Context(self._node, self._config.external_url, now, self._acknowledged())
-        plan = planning.Plan()
+        ctx = planning.Context(
+            self._node,
+            self._config.external_url,
+            now,
+            self._acknowledged(),
+            node_labels=self._external,
+            gpu_details=self._gpu_details,
+        )
+        plan = planning.DeliveryPlan()
         flushed: dict[str, list[str]] = {}
         due = self._book.groups.due(now)
         if due:
@@ -277,24 +444,44 @@ class Dispatcher:
         work = (plan.entries, plan.group_logs, plan.alert_logs, sync_entries, sync_drops, orphans)
         if not flushed and not any(work):
             return 0, 0
-        try:
-            with self._db.begin() as conn:
-                queued = self._store.enqueue(conn, plan.entries, now)
-                for entry in sync_entries:
-                    self._store.put_sync(conn, entry, now)
-                for integration_id, key, group_entry in plan.group_logs:
-                    self._store.put_group_log(conn, integration_id, key, group_entry)
-                for integration_id, fp, alert_entry in plan.alert_logs:
-                    self._store.put_alert_log(conn, integration_id, fp, alert_entry)
-                gone, logs_gone = self._book.retire(
-                    conn, self._store, flushed, sync_drops, orphans, now
-                )
-        except Exception:
-            # The groups were advanced in memory; the database was not. Start again from it.
-            self._restore(now)
-            raise
-        self._book.apply(plan, sync_drops, gone, logs_gone)
-        self._delivery.queued(e.integration for e in [*plan.entries, *sync_entries])
+        store = self._store
+        retired = self._book.retire(flushed, sync_drops, orphans, now)
+
+        def logs(conn: Connection) -> None:
+            for integration_id, key, group_entry in plan.group_logs:
+                store.put_group_log(conn, integration_id, key, group_entry)
+            for integration_id, fp, alert_entry in plan.alert_logs:
+                store.put_alert_log(conn, integration_id, fp, alert_entry)
+            retired.write(conn, store)
+
+        queued = 0
+        durable = False
+        if self._offline is None:
+            try:
+                with self._db.begin(timeout=FLUSH_WAIT) as conn:
+                    queued = store.enqueue(conn, plan.entries, now)
+                    for entry in sync_entries:
+                        store.put_sync(conn, entry, now)
+                    logs(conn)
+                durable = True
+            except STORAGE_ERRORS as exc:
+                self._go_offline(exc, now)  # the same work goes to memory, below
+            except Exception:
+                # The groups were advanced in memory; the database was not. Start again from it.
+                self._restore(now)
+                raise
+        if durable:
+            self._delivery.queued(e.integration for e in [*plan.entries, *sync_entries])
+        else:
+            added = self._memory.add(plan.entries, now)
+            for entry in sync_entries:
+                self._memory.put_sync(entry, now)
+            self._deferred.append(logs)
+            queued = len(added)
+            self._memory_delivery.queued(
+                [e.integration for e in added] + [e.integration for e in sync_entries]
+            )
+        self._book.apply(plan, sync_drops, retired.gone, retired.logs_gone)
         return len(due), queued + len(sync_entries)
 
     def _end_acknowledgements(self, records: list[AlertRecord]) -> None:
@@ -422,33 +609,29 @@ class Dispatcher:
             return list(self._acks.values())
 
     # ------------------------------------------------------------------------------- views
-    def alerts(self, now: float) -> list[dict[str, object]]:
+    def alerts(self, now: float) -> list[HeldAlert]:
         """Every alert the dispatcher holds, with why it is muted (for the API)."""
         with self._lock:
             held = sorted(self._book.alerts.values(), key=lambda a: (a.starts_at, a.fingerprint))
             inhibitions = Inhibitions(self._inhibit_rules, held)
             acked = self._acknowledged()
-            out: list[dict[str, object]] = []
+            out: list[HeldAlert] = []
             for alert in held:
                 inhibited = inhibitions.muted_by(alert)
+                silenced = tuple(s.id for s in self._silences if s.mutes(alert.labels, now))
                 out.append(
-                    {
-                        "fingerprint": alert.fingerprint,
-                        "status": alert.status,
-                        "labels": dict(alert.labels),
-                        "annotations": dict(alert.annotations),
-                        "startsAt": iso8601(alert.starts_at),
-                        "endsAt": None if alert.ends_at is None else iso8601(alert.ends_at),
-                        "silencedBy": [s.id for s in self._silences if s.mutes(alert.labels, now)],
-                        "inhibitedBy": [] if inhibited is None else [inhibited],
-                        "acknowledged": alert.fingerprint in acked,
-                    }
+                    HeldAlert(
+                        alert,
+                        silenced_by=silenced,
+                        inhibited_by=() if inhibited is None else (inhibited,),
+                        acknowledged=alert.fingerprint in acked,
+                    )
                 )
             return out
 
     def status(self, now: float) -> dict[str, object]:
         """Delivery health for the API: per integration counters, queue, last error."""
-        pending = self._store.pending_stats()
+        pending = self._pending_stats()
         integrations = []
         for integration in self._integrations:
             depth, oldest = pending.get(integration.id, (0, now))
@@ -474,7 +657,19 @@ class Dispatcher:
     def metrics(self, now: float) -> list[Reading]:
         """Current values of the ``fleetd_alert_*`` metrics, for the exporter."""
         pairs = [(i.id, self._stats_for(i)) for i in self._integrations]
-        return readings(pairs, self._store.pending_stats(), now)
+        return readings(pairs, self._pending_stats(), now)
+
+    def _pending_stats(self) -> dict[str, tuple[int, float]]:
+        """Pending entries per integration, durable and in memory (the memory lane alone
+        while the database cannot be read)."""
+        try:
+            stats = dict(self._store.pending_stats())
+        except STORAGE_ERRORS:
+            stats = {}
+        for integration_id, (count, oldest) in self._memory.pending_stats().items():
+            before, first = stats.get(integration_id, (0, oldest))
+            stats[integration_id] = (before + count, min(first, oldest))
+        return stats
 
     def close(self) -> None:
         if self._owns_session:
@@ -489,3 +684,49 @@ def _report(flushed: int, queued: int, delivery: DeliveryReport) -> TickReport:
         retried=delivery.retried,
         failed=delivery.failed,
     )
+
+
+class OfflineHooks:
+    """``DeliveryHooks`` for the memory lane: what a delivery implies is applied to memory
+    now and written to the database once it can be (``defer``)."""
+
+    def __init__(
+        self,
+        hooks: DispatchHooks,
+        defer: Callable[[Write], None],
+        book: AlertBook,
+        lock: threading.RLock,
+    ) -> None:
+        self._hooks = hooks
+        self._defer = defer
+        self._book = book
+        self._lock = lock
+
+    def prepare(self, integration: Integration, notification: Notification) -> Notification:
+        try:
+            return self._hooks.prepare(integration, notification)
+        except STORAGE_ERRORS:  # no thread to reply in: a new message
+            return notification
+
+    def delivered(
+        self,
+        conn: Connection | None,
+        integration: Integration,
+        notification: Notification,
+        receipt: Receipt | None,
+        now: float,
+    ) -> None:
+        if integration.mode == "sync":  # resends count from now, in memory too
+            with self._lock:
+                for alert in notification.alerts:
+                    if alert.fingerprint in self._book.alerts:
+                        sent = AlertLogEntry(alert.status, alert.starts_at, now)
+                        self._book.alert_log[(integration.id, alert.fingerprint)] = sent
+        hooks = self._hooks
+        self._defer(lambda c: hooks.delivered(c, integration, notification, receipt, now))
+
+    def rejected(self, integration: Integration, error: str, now: float) -> None:
+        self._hooks.rejected(integration, error, now)
+
+    def recovered(self, integration: Integration, now: float) -> None:
+        self._hooks.recovered(integration, now)

@@ -11,10 +11,11 @@ from dataclasses import replace
 from sqlalchemy import Connection
 
 from fleetd.alert.book import AlertBook
+from fleetd.alert.entries import new_entry
 from fleetd.alert.integrations import Integration
 from fleetd.alert.notification import AlertRecord, Notification, Receipt
+from fleetd.alert.outbox_store import AlertLogEntry, OutboxStore
 from fleetd.model import make_labels
-from fleetd.store.outbox import AlertLogEntry, NewEntry, OutboxStore
 
 SELF_ALERT = "FleetdNotificationsRejected"
 
@@ -76,10 +77,16 @@ class DispatchHooks:
         self._self_alert = self_alert
 
     def prepare(self, integration: Integration, notification: Notification) -> Notification:
-        """A chat integration replies in the thread of the message its alerts are in."""
-        if not integration.notifier.threads or notification.action != "notify":
+        """A chat integration replies in the thread of the message its alerts are in, and a
+        change event in the thread its first step started."""
+        if not integration.notifier.threads or notification.thread is not None:
             return notification
-        if notification.thread is not None:
+        change = notification.change
+        if notification.action == "change" and change is not None and change.thread:
+            return notification.with_thread(
+                self._store.get_thread_ref(integration.id, change.thread)
+            )
+        if notification.action != "notify":
             return notification
         fps = [a.fingerprint for a in notification.alerts]
         refs = self._store.get_refs(integration.id, fps)
@@ -91,30 +98,32 @@ class DispatchHooks:
 
     def delivered(
         self,
-        conn: Connection,
+        conn: Connection | None,
         integration: Integration,
         notification: Notification,
         receipt: Receipt | None,
         now: float,
     ) -> None:
+        assert conn is not None  # the memory lane's hooks (OfflineHooks) defer this call
         if integration.mode == "sync":
             self._synced(conn, integration, notification, now)
             return
-        if receipt is None or receipt.ref is None or notification.action != "notify":
+        if receipt is None or receipt.ref is None:
+            return
+        change = notification.change
+        if notification.action == "change" and change is not None and change.thread:
+            if notification.thread is None:  # the thread's first message
+                self._store.put_thread_ref(conn, integration.id, change.thread, receipt.ref, now)
+            return
+        if notification.action != "notify":
             return
         items = [(a.fingerprint, a.starts_at) for a in notification.alerts]
         self._store.put_refs(conn, integration.id, items, receipt.ref, now)
         if notification.thread is not None:  # a reply in the thread: bring the parent up to date
-            update = replace(notification, action="update", reason="thread_updated", created_at=now)
-            entry = NewEntry(
-                integration.id,
-                integration.receiver,
-                integration.kind,
-                "update",
-                notification.group_key,
-                update.to_json(),
+            update = replace(
+                notification, action="update", reason="thread_updated", created_at=now, id=""
             )
-            self._store.enqueue(conn, [entry], now)
+            self._store.enqueue(conn, [new_entry(integration, update)], now)
             self._queued([integration.id])
 
     def _synced(

@@ -3,12 +3,18 @@
 Alertmanager's rules (inhibit/inhibit.go): a label missing on both sides counts as equal; an
 alert that matches both the source and the target side cannot be muted by alerts that also
 match both sides, so such an alert can never inhibit itself.
+
+One guarantee Alertmanager does not have: a source never mutes an alert it names as its
+cause. An alert raised *because of* another one (``GpuRemediationInProgress`` for the fault
+that started the run) lists that alert's fingerprint in its ``caused_by`` annotation
+(comma-separated), so however broad a rule is, the fault that set things off still notifies.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from fleetd.alert.config import InhibitRuleConfig
 from fleetd.alert.matchers import parse_matcher
@@ -32,6 +38,11 @@ class InhibitRule:
         )
 
 
+class _Source(NamedTuple):
+    alert: AlertRecord
+    causes: frozenset[str]  # fingerprints it must never mute
+
+
 class Inhibitions:
     """The firing source alerts of every rule, indexed by their ``equal`` label values.
 
@@ -40,13 +51,15 @@ class Inhibitions:
 
     def __init__(self, rules: Sequence[InhibitRule], alerts: Iterable[AlertRecord]) -> None:
         self._rules = rules
-        self._sources: list[dict[tuple[str, ...], list[AlertRecord]]] = [{} for _ in rules]
+        self._sources: list[dict[tuple[str, ...], list[_Source]]] = [{} for _ in rules]
         for alert in alerts:
             if not alert.firing:
                 continue
+            source: _Source | None = None
             for rule, index in zip(rules, self._sources, strict=True):
                 if matches_all(alert.labels, rule.source):
-                    index.setdefault(_key(alert, rule), []).append(alert)
+                    source = source or _Source(alert, caused_by(alert))
+                    index.setdefault(_key(alert, rule), []).append(source)
 
     def muted_by(self, alert: AlertRecord) -> str | None:
         """The fingerprint of an alert that inhibits ``alert``, or None."""
@@ -54,13 +67,22 @@ class Inhibitions:
             if not matches_all(alert.labels, rule.target):
                 continue
             two_sided = matches_all(alert.labels, rule.source)
-            for source in index.get(_key(alert, rule), ()):
-                if source.fingerprint == alert.fingerprint:
+            for source, causes in index.get(_key(alert, rule), ()):
+                if source.fingerprint == alert.fingerprint or alert.fingerprint in causes:
                     continue
                 if two_sided and matches_all(source.labels, rule.target):
                     continue
                 return source.fingerprint
         return None
+
+
+CAUSED_BY = "caused_by"
+
+
+def caused_by(alert: AlertRecord) -> frozenset[str]:
+    """The fingerprints ``alert`` names as its cause (annotation ``caused_by``)."""
+    text = alert.annotation(CAUSED_BY) or ""
+    return frozenset(part.strip() for part in text.split(",") if part.strip())
 
 
 def _key(alert: AlertRecord, rule: InhibitRule) -> tuple[str, ...]:

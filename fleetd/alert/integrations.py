@@ -24,12 +24,14 @@ from fleetd.alert.webhook import WebhookNotifier
 from fleetd.configbase import Secret
 
 # (per second, burst). PagerDuty: "approximately 120 calls/minute per integration key" over a
-# sliding minute (developer-docs 05-Rate-Limits.md), so 20 + 1.5/s stays under 120 in any
-# minute. Slack: "no more than one message per second", short bursts allowed
-# (https://api.slack.com/docs/rate-limits).
+# sliding minute (developer-docs 05-Rate-Limits.md), so 20 + 1.5/s = 110 stays under 120 in
+# any minute (alert and change events share the key, and so this bucket). Slack: "no more
+# than one message per second" for a webhook, about one per second per channel for
+# chat.postMessage (https://api.slack.com/docs/rate-limits): one a second, no burst, since
+# Slack does not say how short a "short burst" is and apps that keep hitting 429 get disabled.
 DEFAULT_RATE_LIMITS: dict[str, tuple[float, int] | None] = {
     "pagerduty": (1.5, 20),
-    "slack": (1.0, 3),
+    "slack": (1.0, 1),
     "webhook": (10.0, 20),
     "alertmanager": (10.0, 10),
     "console": None,

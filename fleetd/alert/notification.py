@@ -7,6 +7,7 @@ their own configuration at the moment of sending.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -111,6 +112,16 @@ def record_from_alert(alert: Alert, at: float, received_at: float) -> AlertRecor
 
 
 @dataclass(frozen=True, slots=True)
+class HeldAlert:
+    """An alert the dispatcher holds, with what mutes it now (the API's view of delivery)."""
+
+    alert: AlertRecord
+    silenced_by: tuple[str, ...] = ()
+    inhibited_by: tuple[str, ...] = ()
+    acknowledged: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class MessageRef:
     """Where a chat message lives, so later messages can reply in its thread or edit it."""
 
@@ -124,6 +135,9 @@ class ChangeEvent:
 
     ``id`` makes a submission idempotent: the same id is queued once per integration, so a
     remediation executor that retries after a crash does not announce a step twice.
+    ``thread`` ties the steps of one story together (remediation uses the run id): Slack with
+    a bot token posts the first event of a thread as a message and the later ones as replies
+    in its thread; every other integration sends each event as it comes.
     """
 
     summary: str
@@ -132,6 +146,7 @@ class ChangeEvent:
     details: Mapping[str, DetailValue] = field(default_factory=dict)
     links: tuple[tuple[str, str], ...] = ()  # (href, text)
     id: str | None = None
+    thread: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -141,6 +156,7 @@ class ChangeEvent:
             "details": dict(self.details),
             "links": [list(link) for link in self.links],
             "id": self.id,
+            "thread": self.thread,
         }
 
     @classmethod
@@ -152,6 +168,7 @@ class ChangeEvent:
             details=dict(data.get("details", {})),
             links=tuple((str(h), str(t)) for h, t in data.get("links", [])),
             id=data.get("id"),
+            thread=data.get("thread"),  # absent in entries stored before threads existed
         )
 
 
@@ -174,6 +191,9 @@ class Notification:
     change: ChangeEvent | None = None
     thread: MessageRef | None = None  # chat: reply in (notify) or edit (update) this message
     lease_until: float | None = None  # Alertmanager: endsAt of the firing alerts
+    id: str = ""  # stable event id, set when queued (receivers de-duplicate redeliveries)
+    node_labels: Labels = ()  # the node's labels (fleetd.yaml node.labels)
+    gpu_details: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # by gpu label
 
     @property
     def firing(self) -> tuple[AlertRecord, ...]:
@@ -205,6 +225,17 @@ class Notification:
     def with_thread(self, thread: MessageRef | None) -> Notification:
         return replace(self, thread=thread)
 
+    @property
+    def event_id(self) -> str:
+        """The id a receiver de-duplicates on: the same on every retry and after a restart.
+
+        Set once when the notification is queued (``fleetd.alert.entries``) and stored with
+        it; an entry queued by a fleetd without ids gets one derived from its content.
+        """
+        if self.id:
+            return self.id
+        return hashlib.sha256(self.to_json().encode()).hexdigest()[:32]
+
     def to_json(self) -> str:
         return json.dumps(
             {
@@ -223,6 +254,9 @@ class Notification:
                 "change": None if self.change is None else self.change.to_dict(),
                 "thread": None if self.thread is None else [self.thread.channel, self.thread.ts],
                 "lease_until": self.lease_until,
+                "id": self.id,
+                "node_labels": dict(self.node_labels),
+                "gpu_details": {gpu: dict(fields) for gpu, fields in self.gpu_details.items()},
             },
             separators=(",", ":"),
             sort_keys=True,
@@ -249,6 +283,12 @@ class Notification:
             change=None if change is None else ChangeEvent.from_dict(change),
             thread=None if thread is None else MessageRef(str(thread[0]), str(thread[1])),
             lease_until=data.get("lease_until"),
+            id=str(data.get("id") or ""),
+            node_labels=make_labels(data.get("node_labels", {})),
+            gpu_details={
+                str(gpu): {str(k): str(v) for k, v in fields.items()}
+                for gpu, fields in data.get("gpu_details", {}).items()
+            },
         )
 
 

@@ -22,7 +22,9 @@ import requests
 
 from fleetd.alert.base import DeliveryMode, error_for_status, post_json, truncate
 from fleetd.alert.config import PagerDutyConfig
+from fleetd.alert.links import alert_url
 from fleetd.alert.notification import AlertRecord, ChangeEvent, Notification, Receipt, iso8601
+from fleetd.alert.wording import cut, headline
 
 MAX_SUMMARY = 1024  # payload.summary, 02-Trigger-Events.md
 MAX_DEDUP_KEY = 255  # dedup_key, 02-Trigger-Events.md
@@ -53,10 +55,8 @@ def severity(alert: AlertRecord) -> str:
 
 
 def summary(node: str, alert: AlertRecord) -> str:
-    gpu = alert.label("gpu")
-    where = f"{node} GPU {gpu}" if gpu else node
-    text = alert.annotation("summary") or alert.alertname
-    return truncate(f"{where}: {text}", MAX_SUMMARY)
+    """The incident title: node, GPU and the rule's summary, each said once, ≤ 1024 chars."""
+    return cut(headline(node, alert), MAX_SUMMARY)
 
 
 class PagerDutyNotifier:
@@ -113,7 +113,7 @@ class PagerDutyNotifier:
             "timestamp": iso8601(alert.starts_at),
             "component": f"gpu{alert.label('gpu')}" if alert.label("gpu") else "node",
             "class": alert.rule,
-            "custom_details": _details(alert),
+            "custom_details": _details(alert, notification),
         }
         if self._config.group:
             payload["group"] = self._config.group
@@ -129,11 +129,13 @@ class PagerDutyNotifier:
     def change_event(self, change: ChangeEvent) -> dict[str, Any]:
         """The Events API v2 change event for one remediation step."""
         details: dict[str, Any] = {"labels": dict(change.labels)}
+        if change.thread:
+            details["thread"] = change.thread
         details.update(change.details)
         event: dict[str, Any] = {
             "routing_key": self._config.routing_key.reveal(),
             "payload": {
-                "summary": truncate(change.summary, MAX_SUMMARY),
+                "summary": cut(change.summary, MAX_SUMMARY),
                 "source": self._source,
                 "timestamp": iso8601(change.at),
                 "custom_details": details,
@@ -151,7 +153,9 @@ def _event_action(notification: Notification) -> str:
     return "trigger" if notification.status == "firing" else "resolve"
 
 
-def _details(alert: AlertRecord) -> dict[str, Any]:
+def _details(alert: AlertRecord, notification: Notification) -> dict[str, Any]:
+    """What the responder reads first: the alert, the GPU (serial, BDF, product, firmware:
+    what an RMA asks for) and the node's labels (cluster, rack)."""
     annotations = dict(alert.annotations)
     details: dict[str, Any] = {
         "alertname": alert.alertname,
@@ -160,7 +164,13 @@ def _details(alert: AlertRecord) -> dict[str, Any]:
         "labels": dict(alert.labels),
         "started_at": iso8601(alert.starts_at),
         "fingerprint": alert.fingerprint,
+        "node": notification.node,
     }
+    if notification.node_labels:
+        details["node_labels"] = dict(notification.node_labels)
+    gpu = notification.gpu_details.get(alert.label("gpu") or "")
+    if gpu:
+        details["gpu"] = dict(gpu)
     for key in ("description", "evidence", "runbook_url"):
         if key in annotations:
             details[key] = annotations.pop(key)
@@ -175,8 +185,8 @@ def _links(alert: AlertRecord, external_url: str | None) -> list[dict[str, str]]
     runbook = alert.annotation("runbook_url")
     if runbook and runbook.startswith(("http://", "https://")):
         links.append({"href": runbook, "text": "Runbook"})
-    if external_url:
-        href = f"{external_url.rstrip('/')}/api/v1/alerts/{alert.fingerprint}"
+    href = alert_url(external_url, alert.fingerprint)
+    if href is not None:
         links.append({"href": href, "text": "fleetd"})
     return links
 

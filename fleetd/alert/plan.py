@@ -1,6 +1,6 @@
 """Deciding what to send: from a group (or a sync integration's alerts) to outbox entries.
 
-Pure functions over the dispatcher's state; they return a ``Plan`` (entries to queue and the
+Pure functions over the dispatcher's state; they return a ``DeliveryPlan`` (entries to queue and the
 notification-log entries to write with them, in one transaction) and touch nothing.
 
 * group mode (Slack, webhook, console): Alertmanager's dedup — one message per group when
@@ -20,22 +20,24 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from fleetd.alert.dedup import NotifyReason, needs_update
+from fleetd.alert.entries import new_entry
+from fleetd.alert.gpuinfo import GpuDetails, collect
 from fleetd.alert.integrations import Integration
 from fleetd.alert.notification import AlertRecord, Notification, Status
+from fleetd.alert.outbox_store import SYNC_GROUP, AlertLogEntry, GroupLogEntry, NewEntry, group_hash
 from fleetd.alert.routing import Route
 from fleetd.model import Labels
-from fleetd.store.outbox import SYNC_GROUP, AlertLogEntry, GroupLogEntry, NewEntry, group_hash
 
 LEASE_RESENDS = 4  # Prometheus: endsAt = now + 4 × resend delay, so two missed sends are fine
 
 
 @dataclass
-class Plan:
+class DeliveryPlan:
     entries: list[NewEntry] = field(default_factory=list)
     group_logs: list[tuple[str, str, GroupLogEntry]] = field(default_factory=list)
     alert_logs: list[tuple[str, str, AlertLogEntry]] = field(default_factory=list)
 
-    def extend(self, other: Plan) -> None:
+    def extend(self, other: DeliveryPlan) -> None:
         self.entries.extend(other.entries)
         self.group_logs.extend(other.group_logs)
         self.alert_logs.extend(other.alert_logs)
@@ -58,6 +60,8 @@ class Context:
     external_url: str | None
     now: float
     acknowledged: frozenset[str] = frozenset()
+    node_labels: Labels = ()
+    gpu_details: GpuDetails | None = None
 
 
 def plan_group(
@@ -66,8 +70,8 @@ def plan_group(
     group_log: Mapping[tuple[str, str], GroupLogEntry],
     alert_log: Mapping[tuple[str, str], AlertLogEntry],
     ctx: Context,
-) -> Plan:
-    plan = Plan()
+) -> DeliveryPlan:
+    plan = DeliveryPlan()
     for integration in integrations:
         if integration.mode == "group":
             entry = group_log.get((integration.id, group_hash(group.key)))
@@ -79,7 +83,7 @@ def plan_group(
 
 def _plan_group_mode(
     group: GroupView, integration: Integration, entry: GroupLogEntry | None, ctx: Context
-) -> Plan:
+) -> DeliveryPlan:
     visible = [a for a in group.alerts if a.fingerprint not in group.muted]
     firing = frozenset(a.fingerprint for a in visible if a.firing)
     resolved = frozenset(a.fingerprint for a in visible if not a.firing)
@@ -93,8 +97,10 @@ def _plan_group_mode(
         acknowledged=ctx.acknowledged,
     )
     if reason is None:
-        return Plan()
-    plan = Plan(group_logs=[(integration.id, group.key, GroupLogEntry(firing, resolved, ctx.now))])
+        return DeliveryPlan()
+    plan = DeliveryPlan(
+        group_logs=[(integration.id, group.key, GroupLogEntry(firing, resolved, ctx.now))]
+    )
     known = entry.firing if entry is not None else frozenset()
     alerts = [a for a in visible if a.firing]
     if integration.send_resolved:
@@ -112,8 +118,8 @@ def _plan_alert_mode(
     integration: Integration,
     alert_log: Mapping[tuple[str, str], AlertLogEntry],
     ctx: Context,
-) -> Plan:
-    plan = Plan()
+) -> DeliveryPlan:
+    plan = DeliveryPlan()
     for alert in group.alerts:
         log = alert_log.get((integration.id, alert.fingerprint))
         known_open = log is not None and log.status == "firing"
@@ -215,15 +221,11 @@ def _notification(
         alerts=alerts,
         reason=str(reason),
         external_url=ctx.external_url,
+        node_labels=ctx.node_labels,
+        gpu_details=collect(ctx.gpu_details, (a.label("gpu") for a in alerts)),
     )
 
 
 def _entry(integration: Integration, group_key: str, notification: Notification) -> NewEntry:
-    return NewEntry(
-        integration=integration.id,
-        receiver=integration.receiver,
-        kind=integration.kind,
-        action=notification.action,
-        group_key=group_key,
-        payload=notification.to_json(),
-    )
+    assert notification.group_key == group_key
+    return new_entry(integration, notification)

@@ -15,6 +15,8 @@ Vendor facts this follows:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import requests
@@ -25,10 +27,10 @@ from fleetd.alert.base import (
     error_for_status,
     post_json,
     redact,
-    truncate,
 )
 from fleetd.alert.config import SlackConfig
 from fleetd.alert.notification import AlertRecord, MessageRef, Notification, Receipt
+from fleetd.alert.wording import cut, gpu_phrase, on_node, split_summary, was
 from fleetd.configbase import Secret
 
 MAX_HEADER = 150
@@ -75,7 +77,7 @@ class SlackNotifier:
         if notification.thread is not None:
             body["channel"] = notification.thread.channel
             body["thread_ts"] = notification.thread.ts
-            if self._config.reply_broadcast:
+            if self._config.reply_broadcast and notification.action == "notify":
                 body["reply_broadcast"] = True
         answer = self._call("chat.postMessage", body)
         if notification.thread is not None:
@@ -123,33 +125,62 @@ class SlackNotifier:
 
 
 # ------------------------------------------------------------------------------------ formatting
+MAX_LINE = 400  # one alert line; a longer summary is cut at a word
+_MORE_ROOM = 40  # kept free in a text for "… and N more alerts not listed"
+
+
+@dataclass(frozen=True, slots=True)
+class _Line:
+    """One line of a message: alerts that read the same, and the GPUs they are about."""
+
+    mrkdwn: str
+    plain: str
+    alerts: int
+
+
 def render(notification: Notification, max_alerts: int) -> tuple[str, list[dict[str, Any]]]:
-    """The plain-text fallback and the Block Kit blocks of one notification."""
+    """The plain-text fallback and the Block Kit blocks of one notification.
+
+    Alerts are listed one line each, alerts that say the same thing (same rule, state and
+    summary) on one line with their GPUs, at most ``max_alerts`` and as many as fit in a
+    section (3000 characters); the rest are counted ("and N more"), never cut mid-word.
+    """
     if notification.action == "change":
         return _render_change(notification)
     title = _title(notification)
     shown = notification.alerts[:max_alerts]
     hidden = len(notification.alerts) - len(shown) + notification.truncated_alerts
+    lines = _lines(shown)
+    md, listed = _fit([line.mrkdwn for line in lines], MAX_SECTION - _MORE_ROOM)
+    plain, _ = _fit([title] + [line.plain for line in lines[:listed]], MAX_FALLBACK - _MORE_ROOM)
+    hidden += sum(line.alerts for line in lines[listed:])
     blocks: list[dict[str, Any]] = [
-        {"type": "header", "text": {"type": "plain_text", "text": truncate(title, MAX_HEADER)}}
+        {"type": "header", "text": {"type": "plain_text", "text": cut(title, MAX_HEADER)}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": md or "(no alerts listed)"}},
     ]
-    lines = [title]
-    for alert in shown:
-        blocks.append(
-            {
-                "type": "section",
-                "text": {"type": "mrkdwn", "text": truncate(_alert_mrkdwn(alert), MAX_SECTION)},
-            }
-        )
-        lines.append(f"- {_alert_plain(alert)}")
     context = [f"node *{_escape(notification.node)}*"]
+    context += [f"{_escape(k)} *{_escape(v)}*" for k, v in notification.node_labels]
     if hidden:
-        context.append(f"and {hidden} more alert{'s' if hidden != 1 else ''} not listed")
-        lines.append(f"(and {hidden} more)")
+        more = f"and {hidden} more alert{'s' if hidden != 1 else ''} not listed"
+        context.append(more)
+        plain += f"\n({more})"
     blocks.append(
         {"type": "context", "elements": [{"type": "mrkdwn", "text": " · ".join(context)}]}
     )
-    return truncate("\n".join(lines), MAX_FALLBACK), blocks
+    return plain, blocks
+
+
+def _fit(lines: list[str], limit: int) -> tuple[str, int]:
+    """As many whole lines as fit in ``limit`` characters, and how many that is."""
+    out: list[str] = []
+    size = 0
+    for line in lines:
+        extra = len(line) + (1 if out else 0)
+        if size + extra > limit:
+            break
+        out.append(line)
+        size += extra
+    return "\n".join(out), len(out)
 
 
 def _title(notification: Notification) -> str:
@@ -160,50 +191,67 @@ def _title(notification: Notification) -> str:
     return f"[{state}] {name} on {notification.node}"
 
 
-def _where(alert: AlertRecord) -> str:
-    gpu = alert.label("gpu")
-    return f"GPU {gpu}" if gpu else "node"
+def _lines(alerts: Sequence[AlertRecord]) -> list[_Line]:
+    """Alerts that read the same share a line; the order is the alerts' own."""
+    groups: dict[tuple[str, bool, str, str], list[AlertRecord]] = {}
+    for alert in alerts:
+        where, what = split_summary(alert)
+        merge = bool(where) and where.startswith("GPU ") and "(" not in where
+        text = what if alert.firing else ""
+        key = (alert.alertname, alert.firing, alert.severity, text if merge else alert.fingerprint)
+        groups.setdefault(key, []).append(alert)
+    seen_runbooks: set[str] = set()
+    out = []
+    for members in groups.values():
+        out.append(_line(members, seen_runbooks))
+    return out
 
 
-def _alert_mrkdwn(alert: AlertRecord) -> str:
-    emoji = (
-        _EMOJI.get(alert.severity, ":large_blue_circle:") if alert.firing else ":white_check_mark:"
-    )
-    state = alert.severity if alert.firing else "resolved"
-    text = f"{emoji} *{_escape(alert.alertname)}* ({state}) {_where(alert)}"
-    summary = alert.annotation("summary")
-    if summary:
-        text += f"\n{_escape(summary)}"
-    if alert.value is not None:
-        text += f"\nvalue: `{alert.value:g}`"
-    runbook = alert.annotation("runbook_url")
-    if runbook and runbook.startswith(("http://", "https://")):
-        text += f"\n<{runbook}|Runbook>"
-    return text
-
-
-def _alert_plain(alert: AlertRecord) -> str:
-    state = alert.severity if alert.firing else "resolved"
-    summary = alert.annotation("summary")
-    return f"{alert.alertname} ({state}) {_where(alert)}" + (f": {summary}" if summary else "")
+def _line(alerts: list[AlertRecord], seen_runbooks: set[str]) -> _Line:
+    first = alerts[0]
+    where, what = split_summary(first)
+    if len(alerts) > 1:
+        where = gpu_phrase(a.label("gpu") or "" for a in alerts)
+    name = first.alertname
+    if first.firing:
+        emoji = _EMOJI.get(first.severity, ":large_blue_circle:")
+        state = first.severity
+        if not what and first.value is not None:
+            what = f"value {first.value:g}"
+    else:
+        emoji, state = ":white_check_mark:", ""
+        last = was(first) if len(alerts) == 1 else ""
+        what = f"resolved ({last})" if last else "resolved"
+    head = f"{where}: {what}" if where and what else (where or what)
+    runbook = first.annotation("runbook_url")
+    link = ""
+    if runbook and runbook.startswith(("http://", "https://")) and runbook not in seen_runbooks:
+        seen_runbooks.add(runbook)
+        link = f" <{runbook}|runbook>"
+    mrkdwn = cut(f"{emoji} *{_escape(name)}* {_escape(head)}", MAX_LINE) + link
+    plain = cut(f"- {name} ({state}) {head}" if first.firing else f"- {name} {head}", MAX_LINE)
+    return _Line(mrkdwn, plain, len(alerts))
 
 
 def _render_change(notification: Notification) -> tuple[str, list[dict[str, Any]]]:
     change = notification.change
     assert change is not None
-    text = f"{notification.node}: {change.summary}"
+    text = on_node(notification.node, change.summary)
     labels = ", ".join(f"{k}={v}" for k, v in change.labels)
     blocks: list[dict[str, Any]] = [
         {
             "type": "section",
-            "text": {"type": "mrkdwn", "text": truncate(f":wrench: {_escape(text)}", MAX_SECTION)},
+            "text": {"type": "mrkdwn", "text": cut(f":wrench: {_escape(text)}", MAX_SECTION)},
         }
     ]
     if labels:
         blocks.append(
-            {"type": "context", "elements": [{"type": "mrkdwn", "text": _escape(labels)}]}
+            {
+                "type": "context",
+                "elements": [{"type": "mrkdwn", "text": cut(_escape(labels), 2000)}],
+            }
         )
-    return truncate(text, MAX_FALLBACK), blocks
+    return cut(text, MAX_FALLBACK), blocks
 
 
 def _escape(text: str) -> str:

@@ -4,6 +4,10 @@ The format is Alertmanager's (prometheus/alertmanager docs/configuration.md, web
 so anything written for Alertmanager webhooks can take fleetd's notifications unchanged.
 Change events (remediation steps) use a small fleetd format and are off by default
 (``send_changes``), because an Alertmanager-format consumer would not expect them.
+
+Both carry ``eventId``, the receiver's de-duplication key: delivery is at least once (a crash
+between the receiver's answer and fleetd recording it sends the request again), and every
+retry and redelivery of one notification carries the same id.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import requests
 
 from fleetd.alert.base import DeliveryMode, error_for_status, post_json
 from fleetd.alert.config import WebhookConfig
+from fleetd.alert.links import alert_url
 from fleetd.alert.notification import AlertRecord, Notification, Receipt, iso8601
 
 ZERO_TIME = "0001-01-01T00:00:00Z"  # Alertmanager's endsAt of an alert still firing
@@ -21,9 +26,8 @@ CHANGE_VERSION = "fleetd-change-1"
 
 
 def generator_url(external_url: str | None, alert: AlertRecord) -> str:
-    if not external_url:
-        return ""
-    return f"{external_url.rstrip('/')}/api/v1/alerts/{alert.fingerprint}"
+    """The alert's page in fleetd's API, or "" when ``alerting.external_url`` is unset."""
+    return alert_url(external_url, alert.fingerprint) or ""
 
 
 def webhook_alert(alert: AlertRecord, external_url: str | None) -> dict[str, Any]:
@@ -47,6 +51,7 @@ def webhook_payload(notification: Notification, max_alerts: int = 0) -> dict[str
         alerts = alerts[:max_alerts]
     return {
         "version": "4",
+        "eventId": notification.event_id,
         "groupKey": notification.group_key,
         "truncatedAlerts": truncated,
         "status": "firing" if notification.firing else "resolved",
@@ -64,6 +69,7 @@ def change_payload(notification: Notification) -> dict[str, Any]:
     assert change is not None
     return {
         "version": CHANGE_VERSION,
+        "eventId": notification.event_id,
         "receiver": notification.receiver,
         "node": notification.node,
         "summary": change.summary,
@@ -71,6 +77,7 @@ def change_payload(notification: Notification) -> dict[str, Any]:
         "labels": dict(change.labels),
         "details": dict(change.details),
         "links": [{"href": href, "text": text} for href, text in change.links],
+        "thread": change.thread,
     }
 
 

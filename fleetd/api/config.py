@@ -8,22 +8,32 @@ Without a token the API is read-only: mutations are refused, never allowed by de
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from typing import Annotated
 
-from fleetd.configbase import Duration, Secret, StrictModel
+from pydantic import Field, StrictInt, field_validator
+
+from fleetd.configbase import Duration, Secret, Span, StrictModel, documents
 
 
 class ApiConfig(StrictModel):
     """Authentication of mutations and the size of history answers."""
 
     token: Secret | None = None
+    """Bearer token that every change through the API needs (at least 16 characters). Without one
+    the API is read-only.
+    """
     token_name: str = Field(default="operator", min_length=1, max_length=64)
-    history_window: Duration = 3600.0
-    history_points: int = Field(default=240, ge=2, le=10_000)
-    max_history_window: Duration = 7 * 86400.0
+    """The token's name, recorded with every change it makes (the token itself never is)."""
+    history_window: Annotated[Duration, Span(0, "30d")] = 3600.0
+    """Default window of the GPU detail history."""
+    history_points: StrictInt = Field(default=240, ge=2, le=10_000)
+    """Most points per series in a history answer."""
+    max_history_window: Annotated[Duration, Span(0, "365d")] = 7 * 86400.0
+    """Longest history window a request may ask for."""
 
     @field_validator("token")
     @classmethod
+    @documents("the API token must be at least 16 characters")
     def _token_strength(cls, value: Secret | None) -> Secret | None:
         if value is not None and len(value.reveal()) < 16:
             raise ValueError("the API token must be at least 16 characters")
@@ -31,6 +41,7 @@ class ApiConfig(StrictModel):
 
     @field_validator("history_window", "max_history_window")
     @classmethod
+    @documents("must be greater than zero")
     def _positive(cls, value: float) -> float:
         if value <= 0:
             raise ValueError("must be greater than zero")

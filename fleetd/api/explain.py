@@ -22,6 +22,24 @@ from fleetd.rules.spec import Rule, Threshold
 IDENTITY_LABELS = frozenset({"gpu", "uuid"})
 RECENT_EVENTS = 20
 RECENT_RUNS = 50
+DRIVER_RESET_WINDOW = 86400.0
+MILESTONES = frozenset(
+    {
+        "run_planned",
+        "reset_intent",
+        "reset_done",  # how the reset went, and how each worker left service
+        "reboot_intent",
+        "verified",
+        "burn_in_passed",
+        "done",
+        "quarantined",  # the outcome; says why (verification failed, reset refused, …)
+        "aborted",
+        "drained",
+    }
+)
+"""A run's steps that say what happened to the GPU: planned, reset, verification, outcome.
+An 8-worker run logs many more (each worker out, idle, stopped, back in rotation), which
+would push these out of any "last N events"."""
 
 _NEXT_STEP = {
     RunState.PLANNED: "wait for the node's remediation slot and the fleet-wide lease",
@@ -51,6 +69,7 @@ def explain_gpu(services: ApiServices, gpu: Json, alerts: Sequence[Json], now: f
     runs = _runs(services, index)
     remedy_status = services.remedy.status() if services.remedy is not None else None
     events = services.query_events(gpu=index, limit=RECENT_EVENTS)
+    focus = _focus_run(runs, remedy_status, index)
     return {
         "node": services.node,
         "gpu": index,
@@ -63,10 +82,34 @@ def explain_gpu(services: ApiServices, gpu: Json, alerts: Sequence[Json], now: f
             "mode": remedy_status.mode if remedy_status is not None else "off",
             "current": gpu.get("remediation"),
             "runs": [run_view(r) for r in runs],
+            "milestones": _milestones(services, focus),
         },
         "events": [event_view(e) for e in events],
         "next": _next_steps(services, remedy_status, gpu, mine, runs, now),
+        "blind_spots": [
+            {"rule": b.rule, "missing": list(b.missing), "text": b.describe()}
+            for b in services.blind_spots()
+        ],
+        "driver_resets": _driver_resets(services, index, now),
     }
+
+
+def _driver_resets(services: ApiServices, index: int, now: float) -> list[Json]:
+    """Resets the driver made on its own (fleetd.events marks them ``initiator: driver``),
+    one entry per reset: the event log keeps the first report of each as the message."""
+    found = services.query_events(
+        gpu=index, kinds=["kernel_event", "driver_event"], since=now - DRIVER_RESET_WINDOW,
+        limit=1000,
+    )  # fmt: skip
+    return [
+        {
+            "at": e.ts,
+            "source": "amdsmi_event" if e.kind == "driver_event" else "kernel_log",
+            "message": e.message,
+        }
+        for e in found
+        if e.data.get("initiator") == "driver" and "reset by the driver" in e.message
+    ][-10:]
 
 
 def _summary(gpu: Json, alerts: Sequence[Json]) -> str:
@@ -74,6 +117,18 @@ def _summary(gpu: Json, alerts: Sequence[Json]) -> str:
     state = health["state"]
     head = f"GPU {gpu['gpu']} is {state}"
     on = [a for a in alerts if a["state"] == "firing"]
+    hold = health.get("out_of_service")
+    if hold is not None:
+        head = (
+            f"GPU {gpu['gpu']} is out of service: {hold['reason']} by run {hold['run_id']} "
+            f"({hold['plan']}, {hold['run_state']}"
+            + (f": {hold['detail']}" if hold["detail"] else "")
+            + ")"
+        )
+        if health["rules_state"] != "healthy":
+            head += f"; its readings say {health['rules_state']}"
+        if not on:
+            return head
     if on:
         parts = []
         for a in on:
@@ -160,6 +215,36 @@ def _readings(
         if not latest:
             out.append({"metric": metric, "labels": {}, "value": None, "at": None, "age_s": None})
     return out
+
+
+def _focus_run(runs: Sequence[Run], remedy: RemediationStatus | None, gpu: int) -> Run | None:
+    """The run that explains the GPU now: one in progress, else one holding it, else the
+    newest (``runs`` is newest first)."""
+    for run in runs:
+        if not run.terminal:
+            return run
+    held = {h.run_id for h in (remedy.held if remedy is not None else ()) if gpu in h.gpus}
+    for run in runs:
+        if run.run_id in held:
+            return run
+    return runs[0] if runs else None
+
+
+def _milestones(services: ApiServices, run: Run | None) -> Json | None:
+    """The focus run's milestones, in order, with the run they belong to."""
+    if run is None or services.remedy is None:
+        return None
+    steps = [e for e in services.remedy.events(run.run_id) if e.kind in MILESTONES]
+    return {
+        "run_id": run.run_id,
+        "plan": run.plan.value,
+        "state": run.state.value,
+        "dry_run": run.dry_run,
+        "steps": [
+            {"at": e.at, "kind": e.kind, "severity": e.severity, "message": e.message}
+            for e in steps
+        ],
+    }
 
 
 def _runs(services: ApiServices, gpu: int) -> list[Run]:

@@ -13,9 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 from fleetd.alert.notification import iso8601
-from fleetd.api.alerts import current_alerts
+from fleetd.alert.silence_store import SilenceState
+from fleetd.api.alerts import alert_detail, current_alerts
 from fleetd.api.auth import Actor, TokenAuth
 from fleetd.api.bodies import ActionBody, SilenceBody, parse_body
+from fleetd.api.coalesce import Coalesced
 from fleetd.api.explain import explain_gpu
 from fleetd.api.history import gpu_history
 from fleetd.api.server import Handler, HttpError, Request, Response, Router
@@ -34,7 +36,6 @@ from fleetd.api.views import (
 from fleetd.configbase import Secret, parse_duration
 from fleetd.errors import ConfigError, RemedyError, StoreError
 from fleetd.logs import get_logger
-from fleetd.store.silences import SilenceState
 
 API_PREFIX = "/api/v1"
 ACTION_EVENT_KIND = "operator_action"
@@ -149,6 +150,8 @@ class _Api:
     def __init__(self, services: ApiServices, auth: TokenAuth) -> None:
         self.s = services
         self.auth = auth
+        # the status document, shared by requests that overlap (fleetd.api.coalesce)
+        self._status = Coalesced(lambda: Response.json(node_status(services, services.now())))
 
     def routes(self) -> list[tuple[str, str, Handler]]:
         return [
@@ -159,6 +162,7 @@ class _Api:
             ("POST", "/gpus/{gpu}/drain", self.drain),
             ("POST", "/gpus/{gpu}/undrain", self.undrain),
             ("GET", "/alerts", self.alerts),
+            ("GET", "/alerts/{fingerprint}", self.alert),
             ("POST", "/alerts/{fingerprint}/ack", self.acknowledge),
             ("GET", "/silences", self.silences),
             ("POST", "/silences", self.create_silence),
@@ -268,7 +272,7 @@ class _Api:
 
     # ---- reads -------------------------------------------------------------------------
     def status(self, request: Request) -> Response:
-        return Response.json(node_status(self.s, self.s.now()))
+        return self._status()
 
     def gpus(self, request: Request) -> Response:
         now = self.s.now()
@@ -320,6 +324,14 @@ class _Api:
             and (gpu is None or a["gpu"] == gpu)
         ]
         return Response.json({"node": self.s.node, "now": now, "alerts": out})
+
+    def alert(self, request: Request) -> Response:
+        fingerprint = request.params["fingerprint"]
+        now = self.s.now()
+        found = alert_detail(self.s, fingerprint, now)
+        if found is None:
+            raise HttpError(404, f"no alert with fingerprint {fingerprint!r} on {self.s.node}")
+        return Response.json({"node": self.s.node, "now": now, "alert": found})
 
     def silences(self, request: Request) -> Response:
         state = _choice(request, "state", set(SILENCE_STATES))

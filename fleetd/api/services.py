@@ -22,6 +22,7 @@ from fleetd.query import Query
 from fleetd.remedy.events import RemediationEvent
 from fleetd.remedy.machine import Run
 from fleetd.remedy.service import RemediationStatus
+from fleetd.rules.coverage import BlindSpot
 from fleetd.rules.engine import RuleEngine
 from fleetd.rules.health import NodeHealth
 from fleetd.rules.state import AlertEntry
@@ -51,11 +52,12 @@ class RemediationControl(Protocol):
         ...
 
     def drain(self, gpu: int, *, who: str, why: str, now: float) -> str:
-        """Take ``gpu``'s reset unit out of service until undrained; the new run's id."""
+        """Take the workers on ``gpu`` (that GPU only, not its hive) out of rotation, stop
+        them and hold the GPU out of service until undrained; the new run's id."""
         ...
 
     def undrain(self, gpu: int, *, who: str, why: str, now: float) -> str:
-        """Put ``gpu``'s held reset unit back into service; the new run's id."""
+        """Bring back every worker held by the run(s) holding ``gpu``; the new run's id."""
         ...
 
     def cancel(self, run_id: str, *, who: str, why: str, now: float) -> Run: ...
@@ -110,6 +112,8 @@ class ApiServices:
         engine_lock: held by the daemon while the engine evaluates; the API holds it while it
             copies the engine's alerts (HTTP threads run beside the poll loop). Without one,
             a copy that races an evaluation is simply taken again.
+        labels: the node's labels (fleetd.yaml ``node.labels``: cluster, rack, …).
+        blind_spots: the rules that can never fire on this node (inputs never provided).
     """
 
     def __init__(
@@ -129,6 +133,8 @@ class ApiServices:
         version: str = __version__,
         started_at: float | None = None,
         engine_lock: AbstractContextManager[Any] | None = None,
+        labels: Mapping[str, str] | None = None,
+        blind_spots: Callable[[], Sequence[BlindSpot]] | None = None,
     ) -> None:
         self.node = node
         self.clock = clock
@@ -144,6 +150,8 @@ class ApiServices:
         self.version = version
         self.started_at = started_at if started_at is not None else clock.now()
         self._engine_lock = engine_lock
+        self.labels: dict[str, str] = dict(labels or {})
+        self.blind_spots = blind_spots or (lambda: ())
 
     def alert_entries(self) -> list[AlertEntry]:
         """A consistent copy of the engine's alerts."""

@@ -9,7 +9,7 @@ the fleet view (docs/api/openapi.yaml, ``NodeStatus``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from fleetd.api.alerts import current_alerts, firing
 from fleetd.api.services import ApiServices
@@ -25,10 +25,10 @@ from fleetd.api.views import (
 )
 from fleetd.configbase import format_duration
 from fleetd.model import GpuStatus, Health, HealthState, Reading, Snapshot, label_value
+from fleetd.remedy.journal import PauseState
 from fleetd.remedy.machine import Run
 from fleetd.remedy.service import HeldGpus, RemediationStatus
-from fleetd.rules.health import NodeHealth
-from fleetd.store.journal import PauseState
+from fleetd.rules.health import NodeHealth, ServiceMap, out_of_service, serve, with_service
 
 UNKNOWN = Health(HealthState.UNKNOWN, None, ("no health verdict yet",))
 
@@ -91,6 +91,27 @@ def index_readings(snapshot: Snapshot | None) -> dict[int, _GpuReadings]:
             continue
         out.setdefault(gpu, _GpuReadings()).by_metric.setdefault(reading.metric, []).append(reading)
     return out
+
+
+_memo: tuple[Snapshot, dict[int, _GpuReadings], dict[int, dict[str, float | None]]] | None = None
+
+
+def _indexed(
+    snapshot: Snapshot | None,
+) -> tuple[dict[int, _GpuReadings], dict[int, dict[str, float | None]]]:
+    """``index_readings`` and every GPU's ``key_readings``, computed once per snapshot: a
+    burst of status requests (every scraper of the fleet at once) between two polls shares
+    them. The snapshot is immutable, so the memo is valid as long as it is the same object."""
+    global _memo
+    memo = _memo
+    if snapshot is None:
+        return {}, {}
+    if memo is not None and memo[0] is snapshot:
+        return memo[1], memo[2]
+    readings = index_readings(snapshot)
+    keys = {index: key_readings(found) for index, found in readings.items()}
+    _memo = (snapshot, readings, keys)
+    return readings, keys
 
 
 def key_readings(readings: _GpuReadings | None) -> dict[str, float | None]:
@@ -172,10 +193,12 @@ def gpu_entries(
     alerts: Sequence[Json],
     remediation: dict[int, Json],
     now: float,
+    service: ServiceMap | None = None,
 ) -> list[Json]:
-    """One entry per known GPU, in index order."""
+    """One entry per known GPU, in index order; a GPU in ``service`` is out of service even
+    before its first verdict."""
     statuses = {s.gpu.index: s for s in snapshot.gpus} if snapshot is not None else {}
-    readings = index_readings(snapshot)
+    readings, keys = _indexed(snapshot)
     out: list[Json] = []
     for index in services.known_gpus(snapshot, health):
         status = statuses.get(index)
@@ -183,7 +206,7 @@ def gpu_entries(
         judged = (
             aged(verdict.health, health.at, now, services)
             if verdict is not None and health is not None
-            else UNKNOWN
+            else serve(UNKNOWN, (service or {}).get(str(index)))
         )
         mine = [a for a in alerts if a["gpu"] == index and a["state"] == "firing"]
         out.append(
@@ -195,7 +218,7 @@ def gpu_entries(
                 "error": status.error if status is not None else None,
                 "missing_readings": status.missing_readings if status is not None else None,
                 "health": health_view(judged),
-                "readings": key_readings(readings.get(index)),
+                "readings": dict(keys[index]) if index in keys else key_readings(None),
                 "alerts": severity_counts(a["severity"] for a in mine),
                 "remediation": remediation.get(index),
             }
@@ -237,35 +260,59 @@ def remediation_summary(services: ApiServices) -> tuple[Json, RemediationStatus 
     )
 
 
-def aged(verdict: Health, at: float, now: float, services: ApiServices) -> Health:
+def aged(
+    verdict: Health, at: float, now: float, services: ApiServices, *, keep_service: bool = True
+) -> Health:
     """A verdict made at ``at``, seen at ``now``: its data is older, and a verdict whose data
-    has gone stale since (the poll loop stopped) is unknown, never healthy."""
+    has gone stale since (the poll loop stopped) is unknown, never healthy. A GPU out of
+    service stays out (remediation's journal says so, not telemetry), its rules' verdict
+    unknown; a node out of service is only so while its GPUs in service are known healthy,
+    so it keeps that state when stale only with ``keep_service``."""
     if verdict.data_age_s is None:
         return verdict
     age = verdict.data_age_s + max(0.0, now - at)
     stale_after = services.engine.settings.lookback_s
-    if age > stale_after and verdict.state != HealthState.UNKNOWN:
-        return Health(
-            HealthState.UNKNOWN,
-            age,
-            (f"no fresh health verdict for {format_duration(round(age))}", *verdict.reasons),
+    if age <= stale_after or verdict.state == HealthState.UNKNOWN:
+        return replace(verdict, data_age_s=age)
+    why = f"no fresh health verdict for {format_duration(round(age))}"
+    if verdict.state == HealthState.OUT_OF_SERVICE and keep_service:
+        rules = verdict.rules_state
+        return replace(
+            verdict,
+            data_age_s=age,
+            reasons=(*verdict.reasons[:1], why, *verdict.reasons[1:]),
+            rules_state=HealthState.UNKNOWN if rules is not None else None,
         )
-    return Health(verdict.state, age, verdict.reasons)
+    return Health(HealthState.UNKNOWN, age, (why, *verdict.reasons))
+
+
+def live_service(services: ApiServices, status: RemediationStatus | None) -> ServiceMap:
+    """The GPUs out of service as remediation says now (the verdict may be a poll older)."""
+    if status is None or services.remedy is None:
+        return {}
+    return out_of_service(status, services.remedy.run)
 
 
 def node_status(services: ApiServices, now: float) -> Json:
     """The whole status document of this node."""
     snapshot = services.latest_snapshot()
-    health = services.health()
     alerts = current_alerts(services, now)
     remediation, remedy_status = remediation_summary(services)
+    service = live_service(services, remedy_status)
+    health = services.health()
+    if health is not None:
+        health = with_service(health, service)
     per_gpu = (
         runs_by_gpu(remedy_status.active, remedy_status.held, services.remedy.run)
         if remedy_status is not None and services.remedy is not None
         else {}
     )
-    gpus = gpu_entries(services, snapshot, health, alerts, per_gpu, now)
-    node_health = aged(health.node, health.at, now, services) if health is not None else UNKNOWN
+    gpus = gpu_entries(services, snapshot, health, alerts, per_gpu, now, service)
+    node_health = (
+        aged(health.node, health.at, now, services, keep_service=health.in_service == 0)
+        if health is not None
+        else UNKNOWN
+    )
     hottest = [
         g["readings"]["temperature_hotspot_c"]
         for g in gpus
@@ -278,6 +325,7 @@ def node_status(services: ApiServices, now: float) -> Json:
     return {
         "node": services.node,
         "version": services.version,
+        "labels": dict(services.labels),
         "now": now,
         "started_at": services.started_at,
         "health": health_view(node_health),
@@ -285,6 +333,7 @@ def node_status(services: ApiServices, now: float) -> Json:
         "data_age_s": round(max(0.0, now - snapshot.ts), 3) if snapshot is not None else None,
         "gpus_total": len(gpus),
         "gpus_healthy": sum(1 for g in gpus if g["health"]["state"] == "healthy"),
+        "gpus_in_service": sum(1 for g in gpus if g["health"]["out_of_service"] is None),
         "hottest_junction_c": max(hottest) if hottest else None,
         "power_w": round(sum(power), 1) if power else None,
         "alerts": {

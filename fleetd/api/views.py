@@ -7,29 +7,45 @@ are ``null``, never zero.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 from fleetd.alert.matchers import format_matcher
+from fleetd.alert.notification import HeldAlert
+from fleetd.alert.silence_store import Silence
 from fleetd.model import Alert, Health, Labels, label_value
+from fleetd.remedy.codec import trigger_to_dict
 from fleetd.remedy.events import RemediationEvent
+from fleetd.remedy.journal import PauseState
 from fleetd.remedy.lease import BreakerStatus
 from fleetd.remedy.machine import Run
 from fleetd.remedy.service import HeldGpus
 from fleetd.rules.engine import RuleStatus
 from fleetd.rules.state import AlertEntry
 from fleetd.store.events import Event
-from fleetd.store.journal import PauseState
-from fleetd.store.silences import Silence
 
 Json = dict[str, Any]
 
 
 def health_view(health: Health) -> Json:
+    """A verdict; ``out_of_service`` says why and by which run when the GPU is out, and
+    ``rules_state`` what the rules and telemetry alone say."""
+    hold = health.out_of_service
     return {
         "state": health.state.value,
         "data_age_s": _round(health.data_age_s),
         "reasons": list(health.reasons),
+        "rules_state": health.judged.value,
+        "out_of_service": None
+        if hold is None
+        else {
+            "reason": hold.reason.value,
+            "run_id": hold.run_id,
+            "plan": hold.plan,
+            "run_state": hold.run_state,
+            "since": hold.since,
+            "detail": hold.detail,
+        },
     }
 
 
@@ -39,7 +55,7 @@ def gpu_of(labels: Labels) -> int | None:
     return int(value) if value is not None and value.isascii() and value.isdigit() else None
 
 
-def alert_view(entry: AlertEntry, muting: Mapping[str, Any] | None = None) -> Json:
+def alert_view(entry: AlertEntry, muting: HeldAlert | None = None) -> Json:
     """A rules-engine alert; ``muting`` is the dispatcher's view of it when it has one."""
     alert: Alert = entry.alert
     fingerprint = alert.key.fingerprint()
@@ -62,48 +78,37 @@ def alert_view(entry: AlertEntry, muting: Mapping[str, Any] | None = None) -> Js
     }
 
 
-def dispatcher_alert_view(item: Mapping[str, Any]) -> Json:
+def dispatcher_alert_view(held: HeldAlert) -> Json:
     """An alert only the dispatcher holds (remediation in progress, delivery self-alerts)."""
-    labels = {str(k): str(v) for k, v in dict(item.get("labels") or {}).items()}
-    gpu = labels.get("gpu")
+    record = held.alert
+    labels = dict(record.labels)
     return {
-        "fingerprint": str(item.get("fingerprint")),
-        "rule": labels.get("alertname", ""),
-        "state": str(item.get("status")),
-        "severity": labels.get("severity", "warning"),
-        "gpu": int(gpu) if gpu is not None and gpu.isascii() and gpu.isdigit() else None,
+        "fingerprint": record.fingerprint,
+        "rule": record.rule,
+        "state": record.status,
+        "severity": record.severity,
+        "gpu": gpu_of(record.labels),
         "labels": labels,
-        "annotations": dict(item.get("annotations") or {}),
-        "value": None,
-        "active_at": _seconds(item.get("startsAt")),
-        "fired_at": _seconds(item.get("startsAt")),
-        "resolved_at": _seconds(item.get("endsAt")),
+        "annotations": dict(record.annotations),
+        "value": record.value,
+        "active_at": record.starts_at,
+        "fired_at": record.starts_at,
+        "resolved_at": record.ends_at,
         "no_data_since": None,
         "remediation_plan": None,
         "source": "dispatcher",
-        **_muting(item),
+        **_muting(held),
     }
 
 
-def _muting(item: Mapping[str, Any] | None) -> Json:
-    if item is None:
+def _muting(held: HeldAlert | None) -> Json:
+    if held is None:
         return {"silenced_by": [], "inhibited_by": [], "acknowledged": False}
     return {
-        "silenced_by": list(item.get("silencedBy") or []),
-        "inhibited_by": list(item.get("inhibitedBy") or []),
-        "acknowledged": bool(item.get("acknowledged")),
+        "silenced_by": list(held.silenced_by),
+        "inhibited_by": list(held.inhibited_by),
+        "acknowledged": held.acknowledged,
     }
-
-
-def _seconds(value: object) -> float | None:
-    """The dispatcher's RFC 3339 times back to Unix seconds."""
-    if value is None:
-        return None
-    if isinstance(value, int | float):
-        return float(value)
-    from datetime import datetime
-
-    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
 
 
 def silence_view(silence: Silence, now: float) -> Json:
@@ -118,6 +123,10 @@ def silence_view(silence: Silence, now: float) -> Json:
         "updated_at": silence.updated_at,
         "state": silence.state(now),
     }
+
+
+_TRIGGER_INTERNAL = frozenset({"fingerprint", "labels"})
+"""Kept in the journal, not shown by the API (docs/api/openapi.yaml ``Run.trigger``)."""
 
 
 def run_view(run: Run) -> Json:
@@ -137,14 +146,7 @@ def run_view(run: Run) -> Json:
             for w in run.workers
         ],
         "trigger": {
-            "kind": trigger.kind,
-            "at": trigger.at,
-            "rule": trigger.rule,
-            "gpu": trigger.gpu,
-            "severity": trigger.severity,
-            "value": trigger.value,
-            "who": trigger.who,
-            "why": trigger.why,
+            **trigger_to_dict(trigger, leave_out=_TRIGGER_INTERNAL),
             "description": trigger.describe(),
         },
         "created_at": run.created_at,

@@ -21,6 +21,7 @@ from fleetd.cli.fleetctl_context import (
     EXIT_UNREACHABLE,
     Fail,
     Fleet,
+    Unreachable,
     actor,
     fleet_options,
     make_fleet,
@@ -53,7 +54,7 @@ def read(fleet: Fleet, node: str, path: str, **params: Any) -> dict[str, Any]:
     """GET from one node; Fail with the right exit code when that does not work."""
     target = fleet.resolve(node)
     reply = request(
-        target, "GET", API + path, params={"node": target.name, **params}, options=fleet.options()
+        target, "GET", API + path, params={**target.node_param(), **params}, options=fleet.options()
     )
     return _checked(target, reply)
 
@@ -65,7 +66,7 @@ def change(fleet: Fleet, node: str, path: str, body: dict[str, Any]) -> dict[str
         target,
         "POST",
         API + path,
-        params={"node": target.name},
+        params=target.node_param(),
         body={**body, "actor": actor()},
         options=fleet.options(with_token=True),
     )
@@ -74,15 +75,15 @@ def change(fleet: Fleet, node: str, path: str, body: dict[str, Any]) -> dict[str
 
 def _checked(target: Target, reply: Reply) -> dict[str, Any]:
     if not reply.reachable:
-        raise Fail(f"{target.name} ({target.url}): {reply.message()}", EXIT_UNREACHABLE)
+        raise Unreachable(f"{target.name} ({target.url}): {reply.message()}")
     if reply.status == 404 and "unknown node" in reply.message():
-        raise Fail(f"{target.name} ({target.url}): {reply.message()}", EXIT_UNREACHABLE)
+        raise Unreachable(f"{target.name} ({target.url}): {reply.message()}")
     if not reply.ok or not isinstance(reply.data, dict):
         message = reply.message()
         problems = reply.data.get("problems") if isinstance(reply.data, dict) else None
         if problems:
             message += "\n" + "\n".join(f"  {p}" for p in problems)
-        raise Fail(f"{target.name}: {message}", EXIT_UNHEALTHY)
+        raise Fail(f"{target.name}: {message}")
     return reply.data
 
 
@@ -292,7 +293,14 @@ def _run_line(node: str, run: dict[str, Any]) -> str:
 @reason_option
 @fleet_options
 def drain_command(node: str, gpu: int, reason: str, **kw: Any) -> None:
-    """Take GPU's reset unit on NODE out of service and keep it out until undrained."""
+    """Take the vLLM workers on GPU of NODE out of service and hold the GPU out.
+
+    \b
+    Only that GPU, not its XGMI hive: its workers leave the load balancer's rotation,
+    finish their requests, are stopped, and the GPU is held out of service (a warning
+    alert) until `fleetctl undrain NODE GPU`. A hive is only drained by a remediation
+    run that resets it. Refused while the GPU is in a run or already held.
+    """
     fleet = _fleet(kw)
     done = change(fleet, node, f"/gpus/{gpu}/drain", {"reason": reason})
     fleet.echo(_run_line(node, done["run"]))
@@ -304,7 +312,13 @@ def drain_command(node: str, gpu: int, reason: str, **kw: Any) -> None:
 @reason_option
 @fleet_options
 def undrain_command(node: str, gpu: int, reason: str, **kw: Any) -> None:
-    """Put GPU's held reset unit on NODE back into service."""
+    """Bring GPU of NODE back into service, with every GPU held by the same run(s).
+
+    \b
+    After a drain, a quarantine or an aborted run: the held workers are started, must
+    answer /health and serve their model, and go back into rotation; the held alert is
+    resolved and the lease released.
+    """
     fleet = _fleet(kw)
     done = change(fleet, node, f"/gpus/{gpu}/undrain", {"reason": reason})
     fleet.echo(_run_line(node, done["run"]))
@@ -507,27 +521,44 @@ def _history_table(history: dict[str, Any], fleet: Fleet) -> str:
         Column("MIN", "right"),
         Column("AVG", "right"),
         Column("MAX", "right"),
-        Column("POINTS", "right"),
+        Column("SAMPLES", "right"),
     )
     rows = []
+    summaries = history.get("summary") or {}
     for name, points in history["series"].items():
-        values = [v for _, v in points if v is not None and math.isfinite(v)]
-        if not values:
+        stats = summaries.get(name) if name in summaries else _from_points(points)
+        if stats is None or not stats.get("samples"):
             rows.append([Cell(name), Cell("-"), Cell("-"), Cell("-"), Cell("-"), Cell("0")])
             continue
-        digits = 2 if max(abs(v) for v in values) < 10 else 0
+        shown = [v for v in (stats["min"], stats["max"]) if v is not None and math.isfinite(v)]
+        digits = 2 if shown and max(abs(v) for v in shown) < 10 else 0
         rows.append(
             [
                 Cell(name),
-                Cell(number(values[-1], digits=digits)),
-                Cell(number(min(values), digits=digits)),
-                Cell(number(sum(values) / len(values), digits=digits)),
-                Cell(number(max(values), digits=digits)),
-                Cell(str(len(values))),
+                Cell(number(stats["last"], digits=digits)),
+                Cell(number(stats["min"], digits=digits)),
+                Cell(number(stats["avg"], digits=digits)),
+                Cell(number(stats["max"], digits=digits)),
+                Cell(str(stats["samples"])),
             ]
         )
     span = age(history["end"] - history["start"])
     return f"readings over the last {span}:\n" + render_table(columns, rows, fleet.painter)
+
+
+def _from_points(points: list[list[float]]) -> dict[str, Any] | None:
+    """The window's figures from stepped points: only for an agent that sends no summary
+    (a spike between two points is missed, which is why agents send one)."""
+    values = [v for _, v in points if v is not None and math.isfinite(v)]
+    if not values:
+        return None
+    return {
+        "min": min(values),
+        "avg": sum(values) / len(values),
+        "max": max(values),
+        "last": values[-1],
+        "samples": len(values),
+    }
 
 
 # ----------------------------------------------------------------------------------- explain
@@ -550,6 +581,7 @@ def explain_command(node: str, gpu: int, as_json: bool, **kw: Any) -> None:
         "degraded": "yellow",
         "unhealthy": "bold red",
         "unknown": "magenta",
+        "out_of_service": "bold blue",
     }
     fleet.echo(paint(data["summary"], styles.get(state)))
     fleet.echo(f"data age: {age(data['health']['data_age_s'])}")
@@ -585,13 +617,34 @@ def explain_command(node: str, gpu: int, as_json: bool, **kw: Any) -> None:
             f"  run {run['run_id']} {run['plan']}{dry}: {run['state']} "
             f"(since {clock(run['created_at'])}; {run['trigger']['description']})"
         )
-    for event in data["events"][-10:]:
-        fleet.echo(f"  {clock(event['ts'])} {event['kind']}: {event['message']}")
+    milestones = remediation.get("milestones")
+    shown: set[str] = set()
+    if milestones and milestones["steps"]:
+        dry = " (dry-run)" if milestones["dry_run"] else ""
+        fleet.echo(f"  milestones of run {milestones['run_id']} ({milestones['plan']}{dry}):")
+        for step in milestones["steps"]:
+            fleet.echo(f"    {clock(step['at'])} {step['kind']}: {step['message']}")
+            shown.add(step["message"])
+    recent = [e for e in data["events"] if e["message"] not in shown][-10:]
+    if recent:
+        fleet.echo("  recent events:")
+    for event in recent:
+        fleet.echo(f"    {clock(event['ts'])} {event['kind']}: {event['message']}")
     if not remediation["runs"] and not data["events"]:
         fleet.echo("  nothing yet")
+    resets = data.get("driver_resets") or []  # an older agent does not send them
+    if resets:
+        fleet.echo(paint("\nresets the driver made on its own (no fleetd run)", "bold"))
+        for reset in resets:
+            fleet.echo(f"  {clock(reset['at'])} {reset['message']}")
     fleet.echo(paint("\nwhat happens next", "bold"))
     for step in data["next"]:
         fleet.echo(f"  {step}")
+    blind = data.get("blind_spots") or []  # an older agent does not send them
+    if blind:
+        fleet.echo(paint("\nwhat cannot be seen on this node", "bold"))
+        for spot in blind:
+            fleet.echo(f"  {spot['text']}")
 
 
 COMMANDS: Sequence[click.Command] = (

@@ -2,7 +2,8 @@
 
 The fleet comes from an inventory file (``--inventory``, ``$FLEETCTL_INVENTORY``) or from the
 fleet registry (``--db``, ``$FLEETCTL_DB``). A node is named as in either; a command given an
-address instead (``10.0.0.5:9477``, ``https://host:9443``) talks to it directly.
+address instead (``10.0.0.5:9477``, ``https://host:9443``) talks to it directly, inventory or
+not: the address of a fleet member is that member, any other agent answers as itself.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import click
 
@@ -27,8 +29,9 @@ from fleetd.errors import ConfigError
 EXIT_OK = 0
 EXIT_UNHEALTHY = 1
 EXIT_UNREACHABLE = 2
-DEFAULT_INVENTORIES = (
-    Path("~/.config/fleetctl/inventory.yaml").expanduser(),
+EXIT_OUT_OF_SERVICE = 3  # ``status``: nothing wrong in service, but GPUs are out of it
+DEFAULT_INVENTORIES = (  # ~ is the caller's home when fleetctl runs, not when it was imported
+    Path("~/.config/fleetctl/inventory.yaml"),
     Path("/etc/fleetd/inventory.yaml"),
 )
 
@@ -36,11 +39,15 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class Fail(click.ClickException):
-    """A fleetctl failure: message on stderr, and the exit code it means."""
+    """A fleetctl failure: message on stderr, and the exit code it means (1: unhealthy)."""
 
-    def __init__(self, message: str, code: int = EXIT_UNHEALTHY) -> None:
-        super().__init__(message)
-        self.exit_code = code
+    exit_code = EXIT_UNHEALTHY
+
+
+class Unreachable(Fail):
+    """A node or the fleet could not be reached or found (exit 2)."""
+
+    exit_code = EXIT_UNREACHABLE
 
 
 @dataclass
@@ -101,7 +108,7 @@ class Fleet:
             try:
                 return load_inventory(self.inventory)
             except ConfigError as exc:
-                raise Fail(str(exc), EXIT_UNREACHABLE) from None
+                raise Unreachable(str(exc)) from None
         if self.db is not None:
             from fleetd.registry.reader import RegistryError, RegistryReader
 
@@ -109,32 +116,65 @@ class Fleet:
             try:
                 nodes = reader.fleet(time.time(), stale_after=self.stale_after)
             except RegistryError as exc:
-                raise Fail(str(exc), EXIT_UNREACHABLE) from None
+                raise Unreachable(str(exc)) from None
             finally:
                 reader.close()
             return [Target(n.summary.node, n.address) for n in nodes if n.address]
-        raise Fail(
+        raise Unreachable(
             "no fleet: give --inventory FILE or --db URL "
-            "(or set $FLEETCTL_INVENTORY / $FLEETCTL_DB)",
-            EXIT_UNREACHABLE,
+            "(or set $FLEETCTL_INVENTORY / $FLEETCTL_DB)"
         )
 
     def resolve(self, node: str) -> Target:
-        """The agent of ``node``: by name from the fleet, or ``node`` itself as an address."""
+        """The agent of ``node``: by name from the fleet, or ``node`` itself as an address
+        (``HOST:PORT``, ``http(s)://HOST[:PORT]``). An address of a fleet member is that
+        member (its name is checked as usual); any other address is asked without a name,
+        and an address works even when the inventory or registry cannot be read."""
+        address = _address_target(node)
         if self.inventory is not None or self.db is not None:
-            for target in self.targets():
+            try:
+                known = self.targets()
+            except Unreachable:
+                if address is None:
+                    raise
+                known = []
+            for target in known:
                 if target.name == node:
                     return target
-        if ":" in node or node.startswith(("http://", "https://")):
-            try:
-                (target,) = targets_from_address(node)
-            except ValueError as exc:
-                raise Fail(str(exc), EXIT_UNREACHABLE) from None
-            return target
+            if address is not None:
+                for target in known:
+                    if _same_agent(target.url, address.url):
+                        return target
+        if address is not None:
+            return address
         where = "the inventory" if self.inventory is not None else "the registry"
         if self.inventory is None and self.db is None:
             where = "any inventory (give --inventory FILE or --db URL, or an address host:port)"
-        raise Fail(f"unknown node {node!r}: not in {where}", EXIT_UNREACHABLE)
+        raise Unreachable(f"unknown node {node!r}: not in {where}")
+
+
+def _address_target(node: str) -> Target | None:
+    """``node`` as an agent address, or None when it is a name; Unreachable when it looks
+    like an address but is not one (a range, a bad port)."""
+    if ":" not in node and not node.startswith(("http://", "https://")):
+        return None
+    try:
+        found = targets_from_address(node)
+    except ValueError as exc:
+        raise Unreachable(str(exc)) from None
+    if len(found) != 1:
+        raise Unreachable(f"{node!r} names {len(found)} agents: give one address")
+    return Target(node, found[0].url, name_known=False)
+
+
+def _same_agent(a: str, b: str) -> bool:
+    """Two base URLs of one agent (scheme, host and port; host names compare without case)."""
+    pa, pb = urlsplit(a), urlsplit(b)
+    return (pa.scheme, (pa.hostname or "").lower(), pa.port) == (
+        pb.scheme,
+        (pb.hostname or "").lower(),
+        pb.port,
+    )
 
 
 def actor() -> str:
@@ -147,7 +187,8 @@ def actor() -> str:
 
 
 def _default_inventory() -> Path | None:
-    for candidate in DEFAULT_INVENTORIES:
+    for path in DEFAULT_INVENTORIES:
+        candidate = path.expanduser()
         if candidate.is_file():
             return candidate
     return None

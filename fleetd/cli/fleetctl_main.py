@@ -1,7 +1,7 @@
 """``fleetctl``: the SRE's view of the fleet (status, alerts, silences, drain, explain).
 
-See ``fleetctl status --help`` for the exit codes scripts rely on: 0 all healthy, 1 some
-node not healthy, 2 some node unreachable.
+See ``fleetctl status --help`` for the exit codes scripts rely on: 0 all healthy and in
+service, 1 some node not healthy, 2 some node unreachable, 3 GPUs out of service.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ HEALTH_STYLES = {
     "degraded": "yellow",
     "unhealthy": "bold red",
     "unknown": "magenta",
+    "out_of_service": "bold blue",
     "unreachable": "bold red",
     "stale": "bold magenta",
     "wrong node": "bold red",

@@ -1,11 +1,17 @@
 """``fleetctl status [NODE]``: the fleet at a glance, or one node's GPUs.
 
-Exit codes (scripts and monitors rely on them):
+Exit codes (scripts and monitors rely on them; the first that applies wins):
 
-    0  every node answered and is healthy
-    1  every node answered, and at least one is not healthy (degraded, unhealthy, unknown)
     2  at least one node could not be reached (refused, timed out, wrong node at that
        address, or a registry heartbeat older than --stale-after)
+    1  every node answered, and at least one has a problem in service: degraded,
+       unhealthy or unknown
+    3  every node answered and every GPU in service is healthy, but GPUs are out of service
+       (drained, in a remediation run, quarantined or held)
+    0  every node answered, every GPU is in service and healthy
+
+A problem on a GPU that still serves outranks capacity someone (or remediation) took out on
+purpose: 1 needs a person now, 3 says the fleet is short of GPUs.
 """
 
 from __future__ import annotations
@@ -23,10 +29,12 @@ import click
 
 from fleetd.cli.fleetctl_context import (
     EXIT_OK,
+    EXIT_OUT_OF_SERVICE,
     EXIT_UNHEALTHY,
     EXIT_UNREACHABLE,
     Fail,
     Fleet,
+    Unreachable,
     fleet_options,
     make_fleet,
 )
@@ -84,7 +92,9 @@ def row_from_reply(reply: Reply) -> FleetRow:
     target = reply.target
     if reply.ok and isinstance(reply.data, dict):
         try:
-            return FleetRow(target.name, target.url, "ok", summarize(reply.data))
+            summary = summarize(reply.data)
+            name = target.name if target.name_known else summary.node  # as the agent says
+            return FleetRow(name, target.url, "ok", summary)
         except (KeyError, TypeError, ValueError) as exc:
             return FleetRow(target.name, target.url, "unreachable", error=f"bad status: {exc}")
     if reply.status == 404:
@@ -106,7 +116,7 @@ def rows_from_registry(fleet: Fleet, now: float) -> tuple[list[FleetRow], list[s
         nodes = reader.fleet(now, stale_after=fleet.stale_after)
         limits = reader.limits()
     except RegistryError as exc:
-        raise Fail(str(exc), EXIT_UNREACHABLE) from None
+        raise Unreachable(str(exc)) from None
     finally:
         reader.close()
     rows = [
@@ -129,11 +139,30 @@ def rows_from_registry(fleet: Fleet, now: float) -> tuple[list[FleetRow], list[s
 
 
 def fleet_exit_code(rows: Sequence[FleetRow]) -> int:
-    if any(r.state != "ok" for r in rows):
+    """2 unreachable, else 1 a problem in service, else 3 GPUs out of service, else 0."""
+    if any(r.state != "ok" or r.summary is None for r in rows):
         return EXIT_UNREACHABLE
-    if any(r.health != "healthy" for r in rows):
-        return EXIT_UNHEALTHY
-    return EXIT_OK
+    return max(
+        (
+            health_exit_code(r.health, r.summary.serving, r.summary.gpus_total)
+            for r in rows
+            if r.summary is not None
+        ),
+        key=_EXIT_RANK.__getitem__,
+        default=EXIT_OK,
+    )
+
+
+_EXIT_RANK = {EXIT_OK: 0, EXIT_OUT_OF_SERVICE: 1, EXIT_UNHEALTHY: 2, EXIT_UNREACHABLE: 3}
+
+
+def health_exit_code(health: str, in_service: int, total: int) -> int:
+    """One answering node's code: 0 healthy and all in service, 3 out of service, else 1."""
+    if health == "healthy":
+        return EXIT_OK if in_service >= total else EXIT_OUT_OF_SERVICE
+    if health == "out_of_service":
+        return EXIT_OUT_OF_SERVICE
+    return EXIT_UNHEALTHY
 
 
 FLEET_COLUMNS = (
@@ -162,7 +191,10 @@ def render_fleet(rows: Sequence[FleetRow], notes: Sequence[str], fleet: Fleet) -
             )
             continue
         gpus_style = "yellow" if s.gpus_healthy < s.gpus_total else None
-        note = row.error or "; ".join(s.reasons)
+        said = list(s.reasons)
+        if s.serving < s.gpus_total:
+            said.insert(0, f"{s.serving}/{s.gpus_total} GPUs in service")
+        note = row.error or "; ".join(said)
         cells.append(
             [
                 Cell(row.name),
@@ -183,11 +215,22 @@ def render_fleet(rows: Sequence[FleetRow], notes: Sequence[str], fleet: Fleet) -
 
 def fleet_summary(rows: Sequence[FleetRow], painter: Painter) -> str:
     counts = Counter(r.health for r in rows)
-    order = ["healthy", "degraded", "unhealthy", "unknown", "unreachable", "wrong node", "stale"]
+    order = [
+        "healthy",
+        "out_of_service",
+        "degraded",
+        "unhealthy",
+        "unknown",
+        "unreachable",
+        "wrong node",
+        "stale",
+    ]
     parts = [painter.paint(f"{counts[k]} {k}", health_cell(k).style) for k in order if counts[k]]
     total = sum(r.summary.gpus_total for r in rows if r.summary is not None)
     healthy = sum(r.summary.gpus_healthy for r in rows if r.summary is not None)
-    return f"{len(rows)} nodes: " + ", ".join(parts) + f" · {healthy}/{total} GPUs healthy"
+    serving = sum(r.summary.serving for r in rows if r.summary is not None)
+    line = f"{len(rows)} nodes: " + ", ".join(parts) + f" · {healthy}/{total} GPUs healthy"
+    return line + (f" · {serving}/{total} GPUs in service" if serving < total else "")
 
 
 # --------------------------------------------------------------------------------- one node
@@ -247,10 +290,12 @@ def render_node(status: dict[str, Any], fleet: Fleet) -> str:
                 Cell("; ".join(gpu["health"]["reasons"]) or (gpu.get("error") or "")),
             ]
         )
+    total = status["gpus_total"]
     head = (
         f"{status['node']}: "
         + painter.paint(status["health"]["state"], health_cell(status["health"]["state"]).style)
-        + f" · {status['gpus_healthy']}/{status['gpus_total']} GPUs healthy"
+        + f" · {status['gpus_healthy']}/{total} GPUs healthy"
+        + f" · {in_service(status)}/{total} GPUs in service"
         + f" · data age {age(status.get('data_age_s'))}"
         + f" · remediation {status['remediation']['mode']}"
     )
@@ -266,8 +311,15 @@ def render_node(status: dict[str, Any], fleet: Fleet) -> str:
     return "\n".join(lines)
 
 
+def in_service(status: dict[str, Any]) -> int:
+    """GPUs in service (every GPU, for an agent from before out_of_service)."""
+    value = status.get("gpus_in_service")
+    return int(status["gpus_total"] if value is None else value)
+
+
 def node_exit_code(status: dict[str, Any]) -> int:
-    return EXIT_OK if status["health"]["state"] == "healthy" else EXIT_UNHEALTHY
+    """As ``fleet_exit_code`` for the one node that answered."""
+    return health_exit_code(status["health"]["state"], in_service(status), status["gpus_total"])
 
 
 # --------------------------------------------------------------------------------- command
@@ -276,13 +328,11 @@ def once(fleet: Fleet, node: str | None, as_json: bool) -> tuple[str, int]:
     if node is not None:
         target = fleet.resolve(node)
         reply = request(
-            target, "GET", STATUS_PATH, params={"node": target.name}, options=fleet.options()
+            target, "GET", STATUS_PATH, params=target.node_param(), options=fleet.options()
         )
         if not reply.ok or not isinstance(reply.data, dict):
-            code = (
-                EXIT_UNREACHABLE if not reply.reachable or reply.status == 404 else EXIT_UNHEALTHY
-            )
-            raise Fail(f"{target.name} ({target.url}): {reply.message()}", code)
+            failure = Unreachable if not reply.reachable or reply.status == 404 else Fail
+            raise failure(f"{target.name} ({target.url}): {reply.message()}")
         status = reply.data
         if as_json:
             return json.dumps(status, indent=2), node_exit_code(status)
@@ -329,11 +379,13 @@ def status_command(
     """Health of every node (or, with NODE, of each of its GPUs).
 
     \b
-    Exit codes:
-      0  all nodes healthy
-      1  a node (or, with NODE, that node) is degraded, unhealthy or unknown
+    Exit codes (the first that applies):
       2  a node is unreachable: refused, timed out, another node at its address,
          or a registry heartbeat older than --stale-after
+      1  a node (or, with NODE, that node) is degraded, unhealthy or unknown
+      3  every GPU in service is healthy, but GPUs are out of service
+         (drained, in a remediation run, quarantined or held)
+      0  every GPU is in service and healthy
     """
     fleet = make_fleet(inventory, db, timeout, token_file, ca_file, colour, stale_after)
     if not watch:

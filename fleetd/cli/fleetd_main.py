@@ -17,12 +17,13 @@ def main() -> None:
 
 
 def _attach_subcommands() -> None:
-    from fleetd.cli import config_cmd, demo_cmd, rules_cmd, run_cmd
+    from fleetd.cli import config_cmd, demo_cmd, doctor_cmd, rules_cmd, run_cmd
 
     main.add_command(config_cmd.config)
     main.add_command(rules_cmd.rules)
     main.add_command(run_cmd.run)
     main.add_command(demo_cmd.demo)
+    main.add_command(doctor_cmd.doctor)
 
 
 _attach_subcommands()

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import faulthandler
 import sys
 from pathlib import Path
 
 import click
 
-from fleetd.clock import SystemClock
+from fleetd.clock import SteadyClock
 from fleetd.config import DEFAULT_CONFIG_PATH, FleetdConfig, load_config
 from fleetd.errors import BackendError, ConfigError
 from fleetd.logs import configure_logging
@@ -64,7 +65,7 @@ def run(config_path: Path | None, simulate: str | None, log_format: str | None) 
     try:
         daemon = Daemon(
             config,
-            clock=SystemClock(),
+            clock=SteadyClock(),  # never steps with the wall clock (docs/operations.md)
             config_path=used,
             loader=lambda path: resolve_config(path, simulate)[0],
         )
@@ -76,6 +77,9 @@ def run(config_path: Path | None, simulate: str | None, log_format: str | None) 
             click.echo(str(problem), err=True)
         sys.exit(1)
     daemon.install_signal_handlers()
+    # a fatal signal (SIGBUS from a mapped file that changed under SQLite, SIGSEGV in a driver)
+    # leaves its thread stacks in the journal instead of nothing
+    faulthandler.enable()
     try:
         daemon.start()
         daemon.run_until_stopped()

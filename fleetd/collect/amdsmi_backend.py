@@ -12,19 +12,38 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import io
+import json
+import os
+import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
 
 from fleetd.collect import parse
-from fleetd.collect.source import REASON_ERROR, REASON_GPU_MISSING, GpuProcess, ReadError
+from fleetd.collect.abi import AbiCheck, check_pair
+from fleetd.collect.source import (
+    REASON_ERROR,
+    REASON_GPU_MISSING,
+    UNSUPPORTED_ON_SKU,
+    GpuProcess,
+    ReadError,
+)
 from fleetd.errors import BackendError
 from fleetd.logs import get_logger
 from fleetd.model import GpuIdentity
 
-__all__ = ["AmdSmiBackend", "AmdSmiGpu", "GpuProcess", "load_amdsmi", "status_reason"]
+__all__ = [
+    "AmdSmiBackend",
+    "AmdSmiGpu",
+    "GpuProcess",
+    "load_amdsmi",
+    "rocm_python_dir",
+    "status_reason",
+]
 
 T = TypeVar("T")
 
@@ -75,6 +94,15 @@ _STATUS_REASONS: dict[int, str] = {
 }
 NOT_SUPPORTED = "not_supported"
 DEVICE_NOT_FOUND = "not_found"
+SUSPECT_GONE: frozenset[str] = frozenset(
+    {"drm_error", "file_error", "io_error", "unexpected_size", "status_4294967295"}
+)
+"""Answers real amdsmi gives on the old handle of a GPU that fell off the bus (a DRM ioctl on
+a removed device, a sysfs read failing EBADF/EIO, rocm_smi's UNKNOWN_ERROR). Its sysfs reads
+answer NOT_SUPPORTED (ENOENT), which is no evidence by itself; NOT_FOUND never comes
+(hardware-behaviour.md §1.3 #2). One of these makes the backend check the GPU's PCI device
+at once and ask for a rediscovery."""
+PCI_DEVICES = "sys/bus/pci/devices"
 
 
 def status_reason(code: object) -> str:
@@ -84,14 +112,34 @@ def status_reason(code: object) -> str:
     return REASON_ERROR
 
 
+DEFAULT_ROCM_PATH = Path("/opt/rocm")
+
+
+def rocm_python_dir(environ: Mapping[str, str] = os.environ) -> Path:
+    """Where the node's ROCm keeps its own amdsmi Python package (``<rocm>/share/amd_smi``,
+    ROCm up to 7.13; 7.14 installs it into the system site-packages instead). ``<rocm>`` is
+    found as amdsmi's wrapper finds the library: $ROCM_HOME, else $ROCM_PATH, else /opt/rocm,
+    so the package and the library come from the same ROCm."""
+    root = environ.get("ROCM_HOME") or environ.get("ROCM_PATH") or str(DEFAULT_ROCM_PATH)
+    return Path(root) / "share" / "amd_smi"
+
+
 def load_amdsmi(module_name: str = "amdsmi") -> ModuleType:
     """Import amdsmi, turning its many failure modes into one clear BackendError line.
+
+    An amdsmi installed in fleetd's environment is used first; without one, the package of
+    the node's ROCm (``rocm_python_dir``) is appended to ``sys.path`` (the Debian package
+    ships no amdsmi: the Python package must match the node's libamd_smi.so,
+    docs/amdsmi-versions.md).
 
     ``import amdsmi`` prints two lines and raises KeyError when libamd_smi.so is missing,
     AttributeError when the library lacks a 7.0.2 symbol, OSError when the loader fails,
     ImportError when the Python package is absent. The printed lines are captured and the
     loader's own message is folded into the single line we raise.
     """
+    rocm_dir = rocm_python_dir()
+    if importlib.util.find_spec(module_name) is None and (rocm_dir / module_name).is_dir():
+        sys.path.append(str(rocm_dir))
     captured = io.StringIO()
     try:
         with contextlib.redirect_stdout(captured):
@@ -102,7 +150,8 @@ def load_amdsmi(module_name: str = "amdsmi") -> ModuleType:
                 f"cannot load amdsmi: Python module {exc.name!r} is missing; {FIX_HINT}"
             ) from None
         raise BackendError(
-            f"cannot load amdsmi: the Python package is not installed; {FIX_HINT}"
+            f"cannot load amdsmi: the Python package is not installed (nor in {rocm_dir}); "
+            f"{FIX_HINT}"
         ) from None
     except (KeyError, OSError) as exc:
         loader = _first_line(captured.getvalue()) or str(exc)
@@ -151,7 +200,13 @@ class AmdSmiGpu:
         self._static: dict[str, Any] = {}
         self._poll: dict[str, tuple[float, Any, ReadError | None]] = {}
         self._memo: dict[str, Any] = {}
+        self._unsupported: dict[str, ReadError] = {}
         self._lock = threading.Lock()
+        self.pci_tracked = False
+        """Its PCI device was in sysfs at discovery, so its absence there means it left."""
+        self.hive_unknown = False
+        """amdsmi_get_xgmi_info failed at the last discovery: which hive this GPU is in (and
+        so what a reset of it touches) is not known."""
 
     # --- identity and state -----------------------------------------------------------
     @property
@@ -168,11 +223,17 @@ class AmdSmiGpu:
 
     def _rebind(self, identity: GpuIdentity, handle: Any) -> None:
         with self._lock:
+            same_board = (identity.model, identity.serial) == (
+                self._identity.model,
+                self._identity.serial,
+            )
             self._identity = identity
             self._handle = handle
             self._static = {}
             self._poll = {}
             self._memo = {}
+            if not same_board:  # unsupported on this SKU stays so across re-enumerations
+                self._unsupported = {}
 
     def _vanish(self) -> None:
         with self._lock:
@@ -197,6 +258,31 @@ class AmdSmiGpu:
         self._static[key] = value
         return value
 
+    def feature(self, key: str, read: Callable[[], T]) -> T:
+        known = self._unsupported.get(key)
+        if known is not None:  # even while the GPU is gone: it was never a series
+            raise known
+        if self._handle is None:
+            raise ReadError(REASON_GPU_MISSING, self._identity.bdf)
+        try:
+            return read()
+        except ReadError as exc:
+            if exc.reason in UNSUPPORTED_ON_SKU:
+                self._unsupported[key] = exc
+                log.info(
+                    "gpu_call_unsupported",
+                    gpu=self._identity.index,
+                    bdf=self._identity.bdf,
+                    call=key,
+                    reason=exc.reason,
+                    model=self._identity.model,
+                )
+            raise
+
+    def unsupported(self) -> dict[str, str]:
+        """Calls this GPU's library answered as unsupported on this SKU: key → reason."""
+        return {key: exc.reason for key, exc in self._unsupported.items()}
+
     def per_poll(self, key: str, now: float, read: Callable[[], T]) -> T:
         entry = self._poll.get(key)
         if entry is not None and entry[0] == now:
@@ -214,6 +300,9 @@ class AmdSmiGpu:
     def memo(self) -> dict[str, Any]:
         return self._memo
 
+    def port_baseline(self, kind: str, seen_up: Iterable[int]) -> frozenset[int]:
+        return self._backend._port_baseline(self._identity, kind, seen_up)
+
     def ras_blocks(self) -> Mapping[str, int]:
         return self._backend.ras_blocks
 
@@ -227,16 +316,18 @@ class AmdSmiGpu:
         except ReadError as exc:
             if exc.reason == DEVICE_NOT_FOUND:
                 # the handle no longer names a device: the GPU fell off the bus
-                self._lost(handle)
+                self._lost(handle, "not_found")
+            elif exc.reason in SUSPECT_GONE:
+                self._backend._suspect(self, exc.reason)
             raise
 
-    def _lost(self, handle: Any) -> None:
+    def _lost(self, handle: Any, why: str) -> None:
         with self._lock:
             if self._handle is not handle:
                 return
             self._handle = None
             self._poll = {}
-        log.warning("gpu_lost", gpu=self._identity.index, bdf=self._identity.bdf)
+        log.warning("gpu_lost", gpu=self._identity.index, bdf=self._identity.bdf, why=why)
 
     def temp_metric(self, sensor: str, metric: str) -> object:
         return self._call(
@@ -289,6 +380,17 @@ class AmdSmiGpu:
     def activity(self) -> dict[str, object]:
         return _as_dict(self._call("amdsmi_get_gpu_activity"))
 
+    def vram_used_sysfs(self) -> int | None:
+        """VRAM in use from amdgpu's ``mem_info_vram_used`` (bytes), or None where it cannot
+        be read. The same number amdsmi reports, without amdsmi's fallback that opens
+        /dev/kfd in this process and leaves fleetd a KFD client for life on ROCm < 7.12
+        (ROCm/ROCm#4411)."""
+        text = self._backend.device_file(self._identity.bdf, "mem_info_vram_used")
+        if text is None or not text.isdigit():
+            return None
+        value = int(text)
+        return value if value > 0 else None  # 0: what makes rocm_smi fall back; say nothing
+
     def memory_usage(self, mem_type: str) -> object:
         return self._call(
             "amdsmi_get_gpu_memory_usage", self._backend.enum("AmdSmiMemoryType", mem_type)
@@ -327,15 +429,43 @@ class AmdSmiBackend:
     never silently dropped; its index is kept for when it comes back.
     """
 
-    def __init__(self, amdsmi_module: Any) -> None:
-        """``amdsmi_module``: the real module (``load_amdsmi()``) or fleetd.sim.SimulatedAmdSmi."""
+    def __init__(
+        self,
+        amdsmi_module: Any,
+        *,
+        allow_unsafe_library: bool = False,
+        pci_root: Path | None = None,
+        baseline_path: Path | None = None,
+    ) -> None:
+        """``amdsmi_module``: the real module (``load_amdsmi()``) or fleetd.sim.SimulatedAmdSmi.
+
+        Raises BackendError when the package and the library it drives are a known-unsafe
+        pair (``fleetd.collect.abi``), unless ``allow_unsafe_library``.
+
+        ``pci_root``: the filesystem root whose ``sys/bus/pci/devices/<bdf>`` says whether a
+        GPU is still on the PCI bus (``/`` on a node; a fake tree in tests and the
+        simulator). Real amdsmi never says NOT_FOUND for a GPU that fell off the bus, so
+        this is checked at every poll (``sources``). None: no presence check.
+
+        ``baseline_path``: a JSON file keeping each GPU's learned per-port baselines (XGMI
+        ports ever seen up) across restarts; None keeps them in memory only.
+        """
         self.amdsmi: Any = amdsmi_module
+        self._pci_root = pci_root
+        self._baseline_path = baseline_path
+        self._baselines: dict[str, dict[str, Any]] = self._load_baselines()
+        self._baseline_lock = threading.Lock()
+        self.rediscovery_wanted = False
+        """Set when a GPU looked gone (left sysfs, or a call failed as on a removed
+        device); the daemon then re-enumerates soon; cleared by ``rediscover``."""
         self._exc_base: type[BaseException] = getattr(amdsmi_module, "AmdSmiException", Exception)
         self._enums: dict[tuple[str, str], Any] = {}
         self._lock = threading.RLock()
+        self._global = threading.Lock()  # library-wide calls, one at a time (see _global_call)
         self._gpus: list[AmdSmiGpu] = []  # index order; index == position
         self._closed = False
         self.ras_blocks: Mapping[str, int] = self._read_ras_blocks()
+        self.abi = self._check_abi(allow_unsafe_library)
         self._init()
         self._discover()
 
@@ -366,12 +496,41 @@ class AmdSmiBackend:
             raise self._read_error(exc) from exc
 
     def _read_error(self, exc: BaseException) -> ReadError:
+        if isinstance(exc, ReadError):
+            return exc
         if isinstance(exc, self._exc_base):
             code = getattr(exc, "err_code", None)
             if code is None:
                 return ReadError("bad_parameter", _first_line(str(exc)))
             return ReadError(status_reason(code), _first_line(str(exc)))
         return ReadError(REASON_ERROR, f"{type(exc).__name__}: {_first_line(str(exc))}")
+
+    def _global_call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """A library-wide call (init, shut-down, enumeration, the node's KFD process list,
+        the library version), never two at once. The poller calls amdsmi from one thread per
+        GPU; per-device calls take amdsmi's own per-device mutexes, but these touch the
+        library's global state, where amdsmi fixed thread-safety bugs as late as 7.1 and
+        7.13 (hardware-behaviour.md §1.3 #8)."""
+        with self._global:
+            return getattr(self.amdsmi, name)(*args, **kwargs)
+
+    def _check_abi(self, allow_unsafe: bool) -> AbiCheck:
+        package = getattr(self.amdsmi, "__version__", None)
+        library: tuple[int, int, int] | None = None
+        try:
+            found = self._global_call("amdsmi_get_lib_version")
+            library = (int(found["major"]), int(found["minor"]), int(found["release"]))
+        except Exception as exc:
+            log.warning("amdsmi_library_version_unreadable", reason=self._read_error(exc).reason)
+        result = check_pair(package if isinstance(package, str) else None, library)
+        if result.verdict == "unsafe" and not allow_unsafe:
+            raise BackendError(
+                f"{result.message}. To run anyway (readings may be wrong, memory corrupted), "
+                "set backend.allow_unsafe_library: true"
+            )
+        if result.verdict != "validated":
+            log.warning("amdsmi_pair_not_validated", verdict=result.verdict, detail=result.message)
+        return result
 
     def _read_ras_blocks(self) -> Mapping[str, int]:
         block_enum = getattr(self.amdsmi, "AmdSmiGpuBlock", None)
@@ -387,7 +546,7 @@ class AmdSmiBackend:
     def _init(self) -> None:
         try:
             flags = self.amdsmi.AmdSmiInitFlags.INIT_AMD_GPUS
-            self.amdsmi.amdsmi_init(flag=flags)
+            self._global_call("amdsmi_init", flag=flags)
         except Exception as exc:
             reason = self._read_error(exc)
             raise BackendError(
@@ -398,7 +557,7 @@ class AmdSmiBackend:
     def _enumerate(self) -> list[tuple[str, Any]]:
         """(BDF, handle) of every GPU amdsmi sees now."""
         try:
-            handles = self.amdsmi.amdsmi_get_processor_handles()
+            handles = self._global_call("amdsmi_get_processor_handles")
         except Exception as exc:
             raise BackendError(f"cannot enumerate GPUs: {self._read_error(exc)}") from None
         found: list[tuple[str, Any]] = []
@@ -413,12 +572,21 @@ class AmdSmiBackend:
             found.append((bdf.lower(), handle))
         return found
 
-    def _identity(self, index: int, bdf: str, handle: Any) -> GpuIdentity:
+    def _identity(self, index: int, bdf: str, handle: Any) -> tuple[GpuIdentity, bool]:
+        """The GPU's identity, and whether its XGMI hive is unknown (the call failed)."""
+
         def read(name: str, *args: Any) -> Any:
             try:
                 return self.call(name, handle, *args)
             except ReadError:
                 return None
+
+        try:
+            xgmi: Any = self.call("amdsmi_get_xgmi_info", handle)
+            hive_unknown = False
+        except ReadError as exc:
+            xgmi, hive_unknown = None, True
+            log.warning("gpu_hive_unknown", gpu=index, bdf=bdf, reason=exc.reason)
 
         def field(result: Any, key: str) -> Any:
             return result.get(key) if isinstance(result, dict) else None
@@ -431,7 +599,7 @@ class AmdSmiBackend:
             uuid = parse.text(field(enumeration, "hip_uuid")) or f"bdf-{bdf}"
         market = field(asic, "market_name")
         product_name = field(board, "product_name")
-        return GpuIdentity(
+        identity = GpuIdentity(
             index=index,
             uuid=uuid,
             bdf=bdf,
@@ -443,8 +611,9 @@ class AmdSmiBackend:
             driver_version=parse.text(field(read("amdsmi_get_gpu_driver_info"), "driver_version")),
             kfd_id=parse.index_value(field(read("amdsmi_get_gpu_kfd_info"), "kfd_id")),
             hip_id=parse.index_value(field(enumeration, "hip_id")),
-            hive_id=parse.hive_id(field(read("amdsmi_get_xgmi_info"), "xgmi_hive_id")),
+            hive_id=parse.hive_id(field(xgmi, "xgmi_hive_id")),
         )
+        return identity, hive_unknown
 
     def _discover(self) -> None:
         """Match what amdsmi enumerates now against known GPUs, by BDF."""
@@ -458,20 +627,114 @@ class AmdSmiBackend:
                 seen.add(bdf)
                 known = by_bdf.get(bdf)
                 index = known.identity.index if known is not None else len(self._gpus)
-                identity = self._identity(index, bdf, handle)
+                identity, hive_unknown = self._identity(index, bdf, handle)
                 if known is None:
-                    self._gpus.append(AmdSmiGpu(self, identity, handle))
+                    known = AmdSmiGpu(self, identity, handle)
+                    self._gpus.append(known)
                     log.info("gpu_found", gpu=index, bdf=bdf, uuid=identity.uuid)
                 else:
                     known._rebind(identity, handle)
+                known.hive_unknown = hive_unknown
+                known.pci_tracked = self._on_pci_bus(bdf) is True
             for gpu in self._gpus:
                 if gpu.identity.bdf not in seen and gpu.present:
                     gpu._vanish()
                     log.warning("gpu_missing", gpu=gpu.identity.index, bdf=gpu.identity.bdf)
 
+    # --- per-port baselines ------------------------------------------------------------------
+    def _load_baselines(self) -> dict[str, dict[str, Any]]:
+        if self._baseline_path is None:
+            return {}
+        try:
+            data = json.loads(self._baseline_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            log.warning("port_baseline_unreadable", path=str(self._baseline_path), error=str(exc))
+            return {}
+        return (
+            {k: v for k, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) else {}
+        )
+
+    def _port_baseline(
+        self, identity: GpuIdentity, kind: str, seen_up: Iterable[int]
+    ) -> frozenset[int]:
+        """The ports of ``kind`` GPU ``identity`` has ever had up (learned, persisted)."""
+        seen = set(seen_up)
+        with self._baseline_lock:
+            entry = self._baselines.get(identity.bdf)
+            if entry is None or entry.get("serial") != identity.serial:  # new or swapped board
+                entry = {"serial": identity.serial}
+                self._baselines[identity.bdf] = entry
+            known = {int(p) for p in entry.get(kind, ()) if isinstance(p, int)}
+            if seen <= known:
+                return frozenset(known)
+            added = sorted(seen - known)
+            known |= seen
+            entry[kind] = sorted(known)
+            log.info("port_baseline_learned", gpu=identity.index, kind=kind, ports=added)
+            self._save_baselines()
+            return frozenset(known)
+
+    def _save_baselines(self) -> None:
+        if self._baseline_path is None:
+            return
+        tmp = self._baseline_path.with_name(self._baseline_path.name + ".tmp")
+        try:
+            self._baseline_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(self._baselines, sort_keys=True), encoding="utf-8")
+            os.replace(tmp, self._baseline_path)
+        except OSError as exc:  # kept in memory; learned again after a restart
+            log.warning("port_baseline_unsaved", path=str(self._baseline_path), error=str(exc))
+
+    # --- presence --------------------------------------------------------------------------
+    def device_file(self, bdf: str, name: str) -> str | None:
+        """A file of the GPU's PCI device in sysfs, stripped (None: no root, or unreadable)."""
+        if self._pci_root is None:
+            return None
+        try:
+            return (self._pci_root / PCI_DEVICES / bdf / name).read_text().strip()
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def _on_pci_bus(self, bdf: str) -> bool | None:
+        """Whether ``bdf`` is in sysfs under the PCI root (None: no root to look in)."""
+        if self._pci_root is None:
+            return None
+        try:
+            return (self._pci_root / PCI_DEVICES / bdf).exists()
+        except OSError:
+            return None
+
+    def _left_pci_bus(self, gpu: AmdSmiGpu) -> bool:
+        """Mark ``gpu`` gone if its PCI device left sysfs; True if it did."""
+        handle = gpu.handle
+        if handle is None or not gpu.pci_tracked or self._on_pci_bus(gpu.identity.bdf) is not False:
+            return False
+        gpu._lost(handle, "left the PCI bus (sysfs)")
+        self.rediscovery_wanted = True
+        return True
+
+    def _suspect(self, gpu: AmdSmiGpu, reason: str) -> None:
+        """A call failed as calls on a removed device do: look at the bus, re-enumerate soon."""
+        if not self.rediscovery_wanted:
+            log.info("gpu_suspected_gone", gpu=gpu.identity.index, reason=reason)
+        self.rediscovery_wanted = True
+        self._left_pci_bus(gpu)
+
+    def check_presence(self) -> list[int]:
+        """Look for every present GPU's PCI device in sysfs; indices of those that left."""
+        with self._lock:
+            gpus = list(self._gpus)
+        return [g.identity.index for g in gpus if self._left_pci_bus(g)]
+
     # --- what the poller and remediation call -----------------------------------------------
     def sources(self) -> list[AmdSmiGpu]:
-        """Every known GPU (present or vanished), in index order."""
+        """Every known GPU (present or vanished), in index order.
+
+        Called at the start of every poll, so a GPU whose PCI device left sysfs is reported
+        missing from that poll on (``check_presence``)."""
+        self.check_presence()
         with self._lock:
             return list(self._gpus)
 
@@ -493,13 +756,44 @@ class AmdSmiBackend:
         """Indices of the GPUs a reset of ``index`` touches: its whole XGMI hive.
 
         amdgpu recovers every device of a hive together, so the unit of a reset is the hive;
-        a GPU with no (or an unknown) hive id is its own unit.
+        a GPU that is in no hive (hive id 0) is its own unit. When the topology is unknown
+        (amdsmi_get_xgmi_info failed at discovery for any GPU of a multi-GPU node) the unit
+        fails safe to the whole node: draining one worker and resetting eight is the outcome
+        to avoid (hardware-behaviour.md §1.3 #7). ``reset_unit_note`` says why.
         """
-        hive = self._gpu(index).identity.hive_id
+        gpu = self._gpu(index)
+        with self._lock:
+            gpus = list(self._gpus)
+        if self._topology_unknown(gpus):
+            whole = [g.identity.index for g in gpus]
+            log.warning(
+                "reset_unit_whole_node",
+                gpu=index,
+                unknown=[g.identity.index for g in gpus if g.hive_unknown],
+                reason="XGMI hive unknown (amdsmi_get_xgmi_info failed at discovery)",
+            )
+            return whole
+        hive = gpu.identity.hive_id
         if hive is None:
             return [index]
+        return sorted(g.identity.index for g in gpus if g.identity.hive_id == hive)
+
+    def reset_unit_note(self, index: int) -> str | None:
+        """Why the reset unit of ``index`` is not simply its hive, for the plan; None if it is."""
+        self._gpu(index)
         with self._lock:
-            return sorted(g.identity.index for g in self._gpus if g.identity.hive_id == hive)
+            gpus = list(self._gpus)
+        if not self._topology_unknown(gpus):
+            return None
+        unknown = ", ".join(str(g.identity.index) for g in gpus if g.hive_unknown)
+        return (
+            f"XGMI topology unknown (amdsmi_get_xgmi_info failed for GPU {unknown}): "
+            f"the reset unit is the whole node, since a hive reset may touch every GPU"
+        )
+
+    @staticmethod
+    def _topology_unknown(gpus: list[AmdSmiGpu]) -> bool:
+        return len(gpus) > 1 and any(g.hive_unknown for g in gpus)
 
     def reset_gpu(self, index: int) -> None:
         """amdsmi_reset_gpu on one GPU (which resets its whole hive); raises BackendError."""
@@ -543,9 +837,11 @@ class AmdSmiBackend:
     def compute_processes(self) -> list[int]:
         """PIDs of every KFD (compute) process on the node: all of them die in a hive reset."""
         try:
-            records = self.call("amdsmi_get_gpu_compute_process_info")
-        except ReadError as exc:
-            raise BackendError(f"cannot list KFD processes: {exc.reason}") from None
+            records = self._global_call("amdsmi_get_gpu_compute_process_info")
+        except Exception as exc:
+            raise BackendError(
+                f"cannot list KFD processes: {self._read_error(exc).reason}"
+            ) from None
         if not isinstance(records, list):
             raise BackendError("cannot list KFD processes: unexpected result")
         pids = {
@@ -563,8 +859,9 @@ class AmdSmiBackend:
         known and is reported missing.
         """
         with self._lock:
+            self.rediscovery_wanted = False
             try:
-                self.amdsmi.amdsmi_shut_down()
+                self._global_call("amdsmi_shut_down")
             except Exception as exc:
                 log.warning("amdsmi_shut_down_failed", reason=self._read_error(exc).reason)
             try:
@@ -585,6 +882,6 @@ class AmdSmiBackend:
             for gpu in self._gpus:
                 gpu._vanish()
             try:
-                self.amdsmi.amdsmi_shut_down()
+                self._global_call("amdsmi_shut_down")
             except Exception as exc:
                 log.warning("amdsmi_shut_down_failed", reason=self._read_error(exc).reason)

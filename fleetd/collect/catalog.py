@@ -23,6 +23,7 @@ class MetricSpec:
     unit: str
     help: str
     labels: tuple[str, ...] = ()
+    config_labels: bool = False  # also carries the labels of fleetd.yaml's node.labels
 
 
 def _m(name: str, type_: MetricType, unit: str, help_: str, *labels: str) -> MetricSpec:
@@ -183,7 +184,8 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
         "fleetd_gpu_xgmi_link_up",
         "gauge",
         "",
-        "1 when the XGMI link is up, 0 when it is down (disabled links are not exported).",
+        "1 when the XGMI port is up, 0 when a port that was up is not (only ports in the "
+        "GPU's learned baseline, every port seen up, are exported).",
         *GPU,
         "link",
     ),
@@ -199,7 +201,8 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
         "fleetd_gpu_xgmi_error_status",
         "gauge",
         "",
-        "XGMI error status: 0 no errors, 1 error, 2 multiple errors.",
+        "XGMI error status: 0 no errors, 1 error, 2 multiple errors. Not exported where the "
+        "library cannot read it (MI300X/MI325X/MI350X/MI355X: INVAL); see XGMI_WAFL ECC counts.",
         *GPU,
     ),
     _m(
@@ -324,6 +327,24 @@ VLLM_METRICS: tuple[MetricSpec, ...] = (
 SELF_METRICS: tuple[MetricSpec, ...] = (
     _m("fleetd_build_info", "gauge", "", "fleetd version; the value is always 1.", "version"),
     _m(
+        "fleetd_amdsmi_info",
+        "gauge",
+        "",
+        "The amdsmi Python package and the libamd_smi.so it drives, and whether fleetd has "
+        "validated the pair (validated, unvalidated, unsafe); the value is always 1.",
+        "package",
+        "library",
+        "verdict",
+    ),
+    MetricSpec(
+        "fleetd_node_info",
+        "gauge",
+        "",
+        "This node: its name and every label of node.labels in fleetd.yaml (cluster, rack, ...); the value is always 1.",
+        ("node",),
+        config_labels=True,
+    ),
+    _m(
         "fleetd_poll_duration_seconds",
         "histogram",
         "seconds",
@@ -391,7 +412,7 @@ RULE_METRICS: tuple[MetricSpec, ...] = (
         "fleetd_gpu_health",
         "gauge",
         "",
-        "GPU health as a state set: 1 for the current state (healthy, degraded, unhealthy, unknown), 0 for the others.",
+        "GPU health as a state set: 1 for the current state (healthy, degraded, unhealthy, unknown, out_of_service), 0 for the others. A GPU remediation has out of service is never healthy.",
         *GPU,
         "state",
     ),
@@ -399,21 +420,29 @@ RULE_METRICS: tuple[MetricSpec, ...] = (
         "fleetd_gpu_health_data_age_seconds",
         "gauge",
         "seconds",
-        "Age of the newest telemetry behind the GPU's health verdict.",
+        "Seconds since the GPU's last successful reading (fleetd_gpu_up 1): grows while its readings are missing.",
         *GPU,
+    ),
+    _m(
+        "fleetd_gpu_service",
+        "gauge",
+        "",
+        "Whether the GPU serves, as a state set: 1 for in_service, or for why it is out (remediating, drained, quarantined, held), 0 for the others.",
+        *GPU,
+        "state",
     ),
     _m(
         "fleetd_node_health",
         "gauge",
         "",
-        "Node health as a state set (worst of its GPUs and node-level alerts): 1 for the current state.",
+        "Node health as a state set (worst of its GPUs and node-level alerts; out_of_service when every GPU in service is healthy but some are out): 1 for the current state.",
         "state",
     ),
     _m(
         "fleetd_node_health_data_age_seconds",
         "gauge",
         "seconds",
-        "Age of the oldest GPU telemetry behind the node's health verdict.",
+        "Seconds since the last successful reading of the node's least recently read GPU.",
     ),
     _m(
         "fleetd_alerts",
@@ -444,6 +473,21 @@ RULE_METRICS: tuple[MetricSpec, ...] = (
         "Wall time of the last evaluation of all rules.",
     ),
     _m("fleetd_rules_loaded", "gauge", "", "Rules the engine is running."),
+    _m(
+        "fleetd_rule_inputs_supported",
+        "gauge",
+        "",
+        "1 when every GPU reading the rule reads has been provided on this node, 0 when one "
+        "never has: the rule can never fire here (fleetd doctor lists them).",
+        "rule",
+    ),
+    _m(
+        "fleetd_doctor_check",
+        "gauge",
+        "",
+        "The start-up preflight (fleetd doctor): 0 ok, 1 warning, 2 failure, per check.",
+        "check",
+    ),
     _m(
         "fleetd_rule_reloads_total",
         "counter",
@@ -615,16 +659,129 @@ STORE_METRICS: tuple[MetricSpec, ...] = (
     ),
 )
 
+CLOCK_METRICS: tuple[MetricSpec, ...] = (
+    _m(
+        "fleetd_clock_offset_seconds",
+        "gauge",
+        "seconds",
+        "Wall clock minus fleetd's steady clock, which slews at 5 % towards it after a wall-clock step (positive: fleetd's time is behind).",
+    ),
+    _m(
+        "fleetd_clock_steps_total",
+        "counter",
+        "",
+        "Wall-clock steps of half a second or more seen (NTP, date -s); fleetd's own time never steps with them.",
+    ),
+    _m(
+        "fleetd_clock_reanchors_total",
+        "counter",
+        "",
+        "Times fleetd's steady clock jumped to the wall clock because it was more than a day off; durations running across a jump are not kept.",
+    ),
+)
+
+EVENT_METRICS: tuple[MetricSpec, ...] = (
+    # fleetd.events: kernel log and CPER records, counted on arrival (not polled: a GPU
+    # without events has none of these, which is no blind spot)
+    _m(
+        "fleetd_gpu_kernel_events_total",
+        "counter",
+        "",
+        "amdgpu faults the kernel log reported since fleetd started, by kind (ras_error, gpu_reset, ring_timeout, page_fault, ...) and severity (RAS/AER severity, reset phase, or error).",
+        *GPU,
+        "kind",
+        "severity",
+    ),
+    _m(
+        "fleetd_gpu_kernel_event_age_seconds",
+        "gauge",
+        "seconds",
+        "Seconds since the newest kernel-log fault of this kind and severity.",
+        *GPU,
+        "kind",
+        "severity",
+    ),
+    _m(
+        "fleetd_gpu_cper_records_total",
+        "counter",
+        "",
+        "Fresh CPER records read since fleetd started (stale ones, from before the boot or too old, are not counted), by severity and the AFID that decided their action.",
+        *GPU,
+        "severity",
+        "afid",
+    ),
+    _m(
+        "fleetd_gpu_cper_last_fatal_age_seconds",
+        "gauge",
+        "seconds",
+        "Seconds since the newest fresh fatal CPER record; its AFID and the action the AFID table names (none, reset, reboot, physical).",
+        *GPU,
+        "afid",
+        "action",
+    ),
+    _m(
+        "fleetd_gpu_unplanned_resets_total",
+        "counter",
+        "",
+        "GPU resets the kernel reported while no fleetd run had the GPU out of service.",
+        *GPU,
+    ),
+    _m(
+        "fleetd_gpu_unplanned_reset_age_seconds",
+        "gauge",
+        "seconds",
+        "Seconds since the newest GPU reset not started by fleetd.",
+        *GPU,
+    ),
+    _m(
+        "fleetd_gpu_driver_events_total",
+        "counter",
+        "",
+        "KFD SMI events (amdsmi event reader) received since fleetd started, by event (vmfault, thermal_throttle, gpu_pre_reset, gpu_post_reset, ...).",
+        *GPU,
+        "event",
+    ),
+    _m(
+        "fleetd_gpu_driver_event_age_seconds",
+        "gauge",
+        "seconds",
+        "Seconds since the newest KFD SMI event of this kind.",
+        *GPU,
+        "event",
+    ),
+    _m(
+        "fleetd_gpu_fault_incident_open",
+        "gauge",
+        "",
+        "1 while an uncorrectable-fault incident of the GPU is open (until the run that handles it verifies the GPU), 0 for 15 minutes after it closed. Labels are the first report's: source (counters, kernel, cper), class (the report's severity: fatal, non_fatal_uncorrected, uncorrectable, deferred, poison), afid and action ('' when that report had none).",
+        *GPU,
+        "source",
+        "class",
+        "afid",
+        "action",
+    ),
+    _m(
+        "fleetd_event_source_input_total",
+        "counter",
+        "",
+        "What the event sources met since fleetd started, by source (kernel_log, cper, amdsmi_events) and kind: bad input (malformed_buffer, truncated_record, unparsed, file_rotated, read_failed, ...) and routine counts (records.fatal, events.vmfault, prefiltered, ...).",
+        "source",
+        "kind",
+    ),
+)
+
 CATALOG: dict[str, MetricSpec] = {
     spec.name: spec
     for group in (
         GPU_METRICS,
+        EVENT_METRICS,
         VLLM_METRICS,
         SELF_METRICS,
         RULE_METRICS,
         ALERT_METRICS,
         REMEDIATION_METRICS,
         STORE_METRICS,
+        CLOCK_METRICS,
     )
     for spec in group
 }

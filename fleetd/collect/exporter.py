@@ -15,6 +15,7 @@ prometheus_client's per-sample label validation and escaping. The HTTP server sh
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import cast
@@ -145,6 +146,31 @@ def render_readings_text(
     return "".join(out)
 
 
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
+_NOT_LABEL_CHAR = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def node_info_labels(node: str, labels: Mapping[str, str]) -> dict[str, str]:
+    """``fleetd_node_info``'s labels: ``node`` and each of ``node.labels``.
+
+    A label name Prometheus would reject is written as it would (``rack-id`` → ``rack_id``,
+    a leading digit gets ``_``); one that names ``node``, starts with ``__`` (reserved) or
+    repeats an earlier one is left out and logged, never exported twice or in place of the
+    node's name (a valid name is kept before one made valid).
+    """
+    out = {"node": node}
+    valid_first = sorted(labels.items(), key=lambda kv: (not _LABEL_NAME.match(kv[0]), kv[0]))
+    for raw, value in valid_first:
+        name = _NOT_LABEL_CHAR.sub("_", str(raw))
+        if not _LABEL_NAME.match(name):
+            name = "_" + name
+        if name in out or name.startswith("__"):
+            log.warning("node_label_skipped", label=str(raw), exported_as=name)
+            continue
+        out[name] = str(value)
+    return out
+
+
 class _Families:
     """A throw-away collector over fixed families, for prometheus_client's formatter."""
 
@@ -163,7 +189,13 @@ def _go_float(value: float) -> str:
 
 
 class _Histogram:
-    """A cumulative histogram kept by hand, so no prometheus_client metric object is global."""
+    """A cumulative histogram kept by hand.
+
+    prometheus_client's ``Histogram`` (even with ``registry=None``) adds a
+    ``_created`` sample stamped from the wall clock, which can only be switched off for the
+    whole process; that breaks the golden file and puts a clock read inside logic. Tried and
+    reverted (2026-12): 4 exporter tests failed on ``fleetd_poll_duration_seconds_created``.
+    """
 
     def __init__(self, bounds: Sequence[float]) -> None:
         self.bounds = tuple(sorted(bounds))
@@ -199,9 +231,13 @@ class FleetdExporter(Collector):
         process_metrics: bool = True,
         poll_buckets: Sequence[float] = POLL_DURATION_BUCKETS,
         catalog: Mapping[str, MetricSpec] = CATALOG,
+        node: str | None = None,
+        node_labels: Mapping[str, str] | None = None,
     ) -> None:
+        """``node`` and ``node_labels`` (fleetd.yaml's ``node``) make ``fleetd_node_info``."""
         self._catalog = catalog
         self._version = version
+        self._node_info = None if node is None else node_info_labels(node, node_labels or {})
         self._lock = threading.Lock()
         self._snapshot: Snapshot | None = None
         self._gpu_families: list[Metric] | None = None
@@ -317,6 +353,12 @@ class FleetdExporter(Collector):
         )
         build.add_metric([self._version], 1.0)
         out.append(build)
+        if self._node_info is not None:
+            info = GaugeMetricFamily(
+                "fleetd_node_info", spec("fleetd_node_info").help, labels=list(self._node_info)
+            )
+            info.add_metric(list(self._node_info.values()), 1.0)
+            out.append(info)
 
         s = spec("fleetd_poll_duration_seconds")
         out.append(

@@ -312,6 +312,10 @@ class Poller:
             readings.append(Reading(READINGS_MISSING, labels, float(missing), now))
         return readings
 
+    def busy(self) -> bool:
+        """Whether a GPU's worker is still inside a call from an earlier poll (hung)."""
+        return any(worker.busy for worker in self._workers.values())
+
     def close(self) -> None:
         """Let idle worker threads end (stuck ones are daemons and die with the process)."""
         for worker in self._workers.values():

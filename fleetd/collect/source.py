@@ -8,7 +8,7 @@ over the real amdsmi module or the simulator.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -20,6 +20,11 @@ T = TypeVar("T")
 REASON_GPU_MISSING = "gpu_missing"
 REASON_TIMEOUT = "timeout"
 REASON_ERROR = "error"
+
+UNSUPPORTED_ON_SKU: frozenset[str] = frozenset({"not_supported", "invalid_argument"})
+"""Answers that mean "this call does not work on this GPU model": NOT_SUPPORTED, and INVAL,
+which amdsmi returns when the driver's sysfs node fails EINVAL (XGMI error status on
+gfx942/gfx950, ROCm/rocm-systems#11468). See ``GpuSource.feature``."""
 
 
 class ReadError(Exception):
@@ -66,8 +71,20 @@ class GpuSource(Protocol):
         """
         ...
 
+    def feature(self, key: str, read: Callable[[], T]) -> T:
+        """``read()`` every time, until the library answers with a reason in
+        ``UNSUPPORTED_ON_SKU``: from then on (until rediscovery) that error is raised again
+        without calling, so an unreadable call is asked once, not every poll."""
+        ...
+
     def per_poll(self, key: str, now: float, read: Callable[[], T]) -> T:
         """``read()`` at most once per poll time ``now``; collectors share the result/error."""
+        ...
+
+    def port_baseline(self, kind: str, seen_up: Iterable[int]) -> frozenset[int]:
+        """Add ``seen_up`` (ports read up now) to the ports of ``kind`` this GPU has ever had
+        up, and return them: the learned per-port baseline. It survives rediscovery and, when
+        the backend has a state file, restarts (keyed by BDF and serial)."""
         ...
 
     def memo(self) -> dict[str, Any]:
@@ -94,6 +111,8 @@ class GpuSource(Protocol):
     def link_metrics(self) -> dict[str, Any]: ...
     def gpu_metrics(self) -> dict[str, Any]: ...
     def activity(self) -> dict[str, object]: ...
+    def vram_used_sysfs(self) -> int | None: ...
+
     def memory_usage(self, mem_type: str) -> object: ...
     def memory_total(self, mem_type: str) -> object: ...
     def clock_info(self, clock_type: str) -> dict[str, object]: ...

@@ -10,32 +10,48 @@ itself (explain, history, drain); by default ``http://<node name>:<http.port>``.
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator, model_validator
+from typing import Annotated
 
-from fleetd.configbase import Duration, Secret, StrictModel
+from pydantic import Field, ValidationInfo, field_validator
+
+from fleetd.configbase import Duration, HttpUrlText, Secret, Span, StrictModel, documents
 from fleetd.store.db import check_url
 
 
 class RegistryConfig(StrictModel):
+    """The fleet registry (PostgreSQL) this node publishes its heartbeat to."""
+
     url: Secret | None = None  # a PostgreSQL URL may carry a password: never logged
-    address: str | None = Field(default=None, pattern=r"^https?://[^\s/]+$")
-    heartbeat_interval: Duration = 15.0
-    stale_after: Duration = 60.0
-    timeout: Duration = 5.0
+    """PostgreSQL URL of the fleet registry, `postgresql://USER:PASSWORD@HOST/DB` (the installed
+    driver is used, psycopg2 by default). Set: this node publishes its heartbeat there, and
+    remediation's cap and breaker become fleet-wide.
+    """
+    address: HttpUrlText | None = Field(default=None, pattern=r"^https?://[^\s/]+$")
+    """How fleetctl reaches this agent's API (`http(s)://host:port`); default
+    `http(s)://<node.name>:<http.port>`.
+    """
+    heartbeat_interval: Annotated[Duration, Span(1, "1h")] = 15.0
+    """How often this node's status row is published."""
+    stale_after: Annotated[Duration, Span(0, "1d")] = Field(default=60.0, validate_default=True)
+    """The age at which this node's heartbeat counts as stale. The agent does not act on it: readers
+    judge staleness (`fleetctl --stale-after`, default 60 s), so keep the two equal.
+    """
+    timeout: Annotated[Duration, Span(0, "1m", above=True)] = 5.0
+    """Connect timeout of the registry database."""
 
     @field_validator("url")
     @classmethod
+    @documents()
     def _usable_url(cls, value: Secret | None) -> Secret | None:
         if value is not None:
             check_url(value.reveal())
         return value
 
-    @model_validator(mode="after")
-    def _sane(self) -> RegistryConfig:
-        if not 1.0 <= self.heartbeat_interval <= 3600.0:
-            raise ValueError("heartbeat_interval must be between 1s and 1h")
-        if self.stale_after < 2 * self.heartbeat_interval:
+    @field_validator("stale_after")
+    @classmethod
+    @documents("stale_after must be at least twice heartbeat_interval")
+    def _after_beats(cls, value: float, info: ValidationInfo) -> float:
+        beat = info.data.get("heartbeat_interval")  # absent when it is wrong itself
+        if beat is not None and value < 2 * beat:
             raise ValueError("stale_after must be at least twice heartbeat_interval")
-        if not 0 < self.timeout <= 60:
-            raise ValueError("timeout must be between 0s and 1m")
-        return self
+        return value

@@ -24,10 +24,12 @@ NODES_TABLE = "fleet_nodes"
 NODE_COLUMNS = (
     "node", "health", "gpus_total", "gpus_healthy", "hottest_junction_c", "power_w",
     "alerts_critical", "alerts_warning", "alerts_info", "remediation", "remediation_active",
-    "data_age_s", "reasons", "version", "address", "heartbeat_at",
+    "data_age_s", "reasons", "version", "address", "heartbeat_at", "gpus_in_service", "labels",
 )  # fmt: skip
+"""The columns of the fleet table this reader knows (it reads them by name: a table from an
+older fleetd may lack the later ones)."""
 # fleetd.remedy.lease keeps the fleet-wide cap and breaker in these tables (declared in
-# fleetd.store.journal; named here so fleetctl does not load remediation to show two numbers)
+# fleetd.remedy.journal; named here so fleetctl does not load remediation to show two numbers)
 LEASES_TABLE = "remedy_fleet_leases"
 BREAKER_TABLE = "remedy_fleet_breaker"
 
@@ -121,6 +123,12 @@ class RegistryReader:
         return self._conn
 
     def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        return self._query_named(sql, params)[1]
+
+    def _query_named(
+        self, sql: str, params: tuple[Any, ...] = ()
+    ) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """The column names and the rows of one query."""
         conn = self._connection()
         assert self._module is not None
         if getattr(self._module, "paramstyle", "qmark") != "qmark":
@@ -129,7 +137,8 @@ class RegistryReader:
             cursor = conn.cursor()
             try:
                 cursor.execute(sql, params)
-                return list(cursor.fetchall())
+                names = [str(d[0]) for d in cursor.description or ()]
+                return names, list(cursor.fetchall())
             finally:
                 cursor.close()
         except Exception as exc:
@@ -140,28 +149,36 @@ class RegistryReader:
 
     # ---- reads -----------------------------------------------------------------------
     def fleet(self, now: float, *, stale_after: float) -> list[RegistryNode]:
-        """Every node, by name, from one query; stale when its heartbeat is too old."""
-        rows = self._query(f"SELECT {', '.join(NODE_COLUMNS)} FROM {NODES_TABLE} ORDER BY node")
+        """Every node, by name, from one query; stale when its heartbeat is too old.
+
+        Columns are read by name, so a registry table from an older fleetd (without the
+        columns added since) reads too."""
+        names, rows = self._query_named(f"SELECT * FROM {NODES_TABLE} ORDER BY node")
         out = []
-        for r in rows:
-            age = max(0.0, now - r[15])
+        for values in rows:
+            r = dict(zip(names, values, strict=True))
+            age = max(0.0, now - r["heartbeat_at"])
             summary = NodeSummary(
-                node=r[0],
-                health=r[1],
-                gpus_total=r[2],
-                gpus_healthy=r[3],
-                hottest_junction_c=r[4],
-                power_w=r[5],
-                alerts_critical=r[6],
-                alerts_warning=r[7],
-                alerts_info=r[8],
-                remediation=r[9],
-                remediation_active=bool(r[10]),
-                data_age_s=r[11],
-                reasons=tuple(json.loads(r[12])) if r[12] != "[]" else (),
-                version=r[13],
+                node=r["node"],
+                health=r["health"],
+                gpus_total=r["gpus_total"],
+                gpus_healthy=r["gpus_healthy"],
+                hottest_junction_c=r["hottest_junction_c"],
+                power_w=r["power_w"],
+                alerts_critical=r["alerts_critical"],
+                alerts_warning=r["alerts_warning"],
+                alerts_info=r["alerts_info"],
+                remediation=r["remediation"],
+                remediation_active=bool(r["remediation_active"]),
+                data_age_s=r["data_age_s"],
+                reasons=tuple(json.loads(r["reasons"])) if r["reasons"] != "[]" else (),
+                version=r["version"],
+                gpus_in_service=r.get("gpus_in_service"),
+                labels=tuple(sorted(json.loads(r.get("labels") or "{}").items())),
             )
-            out.append(RegistryNode(summary, r[14], r[15], age, age > stale_after))
+            out.append(
+                RegistryNode(summary, r["address"], r["heartbeat_at"], age, age > stale_after)
+            )
         return out
 
     def address_of(self, node: str) -> str | None:

@@ -57,6 +57,9 @@ nodes_table = Table(
     Column("data_age_s", Float, nullable=True),
     Column("reasons", Text, nullable=False),  # JSON list
     Column("version", String(64), nullable=False),
+    # added after the first release: nullable, and added to an older table by ensure_schema
+    Column("gpus_in_service", Integer, nullable=True),
+    Column("labels", Text, nullable=True),  # JSON object: the node's node.labels
     Index("ix_fleet_nodes_heartbeat", "heartbeat_at"),
 )
 
@@ -100,7 +103,32 @@ class RegistryPublisher:
                 raise RegistryError(
                     f"cannot create the registry table: {describe_error(exc)}"
                 ) from None
+        self._add_missing_columns()
         self._ready = True
+
+    def _add_missing_columns(self) -> None:
+        """Columns a newer fleetd added to a table an older one created (all nullable, so
+        older agents' rows and inserts stay valid). Safe to race: PostgreSQL's ``IF NOT
+        EXISTS``; on SQLite (one host) a loser finds the column there."""
+        try:
+            present = {c["name"] for c in inspect(self._engine).get_columns(nodes_table.name)}
+        except SQLAlchemyError as exc:
+            raise RegistryError(f"cannot read the registry table: {describe_error(exc)}") from None
+        guard = "IF NOT EXISTS " if self._engine.dialect.name == "postgresql" else ""
+        for column in nodes_table.columns:
+            if column.name in present:
+                continue
+            kind = column.type.compile(dialect=self._engine.dialect)
+            ddl = f"ALTER TABLE {nodes_table.name} ADD COLUMN {guard}{column.name} {kind}"
+            try:
+                with self._engine.begin() as conn:
+                    conn.exec_driver_sql(ddl)
+            except SQLAlchemyError as exc:
+                columns = inspect(self._engine).get_columns(nodes_table.name)
+                if column.name not in {c["name"] for c in columns}:
+                    raise RegistryError(
+                        f"cannot add {column.name} to the registry table: {describe_error(exc)}"
+                    ) from None
 
     def _has_table(self) -> bool:
         try:
@@ -140,6 +168,7 @@ class RegistryPublisher:
 def summary_row(summary: NodeSummary, now: float, address: str | None) -> dict[str, Any]:
     row = summary.to_dict()
     row["reasons"] = json.dumps(list(summary.reasons))
+    row["labels"] = json.dumps(dict(summary.labels), sort_keys=True)
     row["heartbeat_at"] = now
     row["address"] = address
     return row

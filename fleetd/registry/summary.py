@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-HEALTH_STATES = ("healthy", "degraded", "unhealthy", "unknown")
+HEALTH_STATES = ("healthy", "degraded", "unhealthy", "unknown", "out_of_service")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,10 +32,18 @@ class NodeSummary:
     data_age_s: float | None
     reasons: tuple[str, ...] = ()
     version: str = ""
+    gpus_in_service: int | None = None  # None: an agent from before out_of_service
+    labels: tuple[tuple[str, str], ...] = ()  # node.labels: cluster, rack, …
+
+    @property
+    def serving(self) -> int:
+        """GPUs in service (all of them, for an agent that does not say)."""
+        return self.gpus_total if self.gpus_in_service is None else self.gpus_in_service
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["reasons"] = list(self.reasons)
+        out["labels"] = dict(self.labels)
         return out
 
     @classmethod
@@ -55,7 +63,20 @@ class NodeSummary:
             data_age_s=_float(data.get("data_age_s")),
             reasons=tuple(str(r) for r in data.get("reasons") or ()),
             version=str(data.get("version", "")),
+            gpus_in_service=_int(data.get("gpus_in_service")),
+            labels=_labels(data.get("labels")),
         )
+
+
+def _labels(value: object) -> tuple[tuple[str, str], ...]:
+    """Label pairs, sorted, from a mapping (a status document, a row's JSON) or nothing."""
+    if not isinstance(value, Mapping):
+        return ()
+    return tuple(sorted((str(k), str(v)) for k, v in value.items()))
+
+
+def _int(value: object) -> int | None:
+    return None if value is None else int(value)  # type: ignore[call-overload]
 
 
 def _float(value: object) -> float | None:
@@ -108,4 +129,6 @@ def summarize(status: Mapping[str, Any]) -> NodeSummary:
         data_age_s=_float(status.get("data_age_s")),
         reasons=tuple(str(r) for r in (health.get("reasons") or ())[:5]),
         version=str(status.get("version", "")),
+        gpus_in_service=_int(status.get("gpus_in_service")),
+        labels=_labels(status.get("labels")),
     )

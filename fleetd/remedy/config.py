@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Field, StrictBool, StrictInt, model_validator
 
-from fleetd.configbase import Duration, Secret, StrictModel
+from fleetd.configbase import Duration, Secret, Span, StrictModel, documents
 from fleetd.remedy.commands import check_template
+from fleetd.remedy.holders import DEFAULT_MONITORING_AGENTS
 
 
 def _yaml_bool_mode(value: object) -> object:
@@ -25,12 +26,13 @@ def _yaml_bool_mode(value: object) -> object:
 
 
 Mode = Annotated[Literal["off", "dry-run", "on"], BeforeValidator(_yaml_bool_mode)]
-Action = Literal["reset", "quarantine", "reboot", "none"]
+Action = Literal["reset", "quarantine", "reboot", "afid", "none"]
 
 DEFAULT_PLANS: dict[str, Action] = {
     "reset": "reset",
     "quarantine": "quarantine",
     "reboot": "reboot",
+    "afid": "afid",
 }
 
 Argv = list[str]
@@ -49,62 +51,118 @@ def _argv(value: Argv | None, name: str) -> None:
 class BudgetConfig(StrictModel):
     """Resets allowed per GPU within a sliding window before the ladder escalates."""
 
-    max_resets: int = Field(default=3, ge=1)
-    window: Duration = 86400.0
+    max_resets: StrictInt = Field(default=3, ge=1, le=100)
+    """Resets allowed per GPU within `window`."""
+    window: Annotated[Duration, Span(0, "30d")] = 86400.0
+    """The sliding window of the reset budget."""
 
 
 class DrainConfig(StrictModel):
     """How a worker is taken out of service (integrations.md 1.6, steps 2–5)."""
 
-    balancer_delay: Duration = 15.0
-    poll_interval: Duration = 1.0
-    idle_reads: int = Field(default=2, ge=1)
-    timeout: Duration = 300.0
+    balancer_delay: Annotated[Duration, Span(0, "1h")] = 15.0
+    """Wait after the out-of-rotation hook, for the load balancer to stop sending requests."""
+    poll_interval: Annotated[Duration, Span(0, "5m")] = 1.0
+    """How often a draining worker's in-flight requests are read."""
+    idle_reads: StrictInt = Field(default=2, ge=1, le=100)
+    """Consecutive reads with `vllm:num_requests_running` + `vllm:num_requests_waiting` = 0 that
+    count as drained.
+    """
+    timeout: Annotated[Duration, Span(0, "1d")] = 300.0
+    """Longest wait for the workers to drain."""
     on_timeout: Literal["proceed", "abort"] = "proceed"
-    release_timeout: Duration = 60.0
-    release_poll_interval: Duration = 2.0
-    refuse_if_kfd_processes: bool = True
+    """`proceed`: stop the workers anyway (vLLM's `--shutdown-timeout` still finishes what it can).
+    `abort`: put the workers back into rotation and page instead of resetting.
+    """
+    release_timeout: Annotated[Duration, Span(0, "1h")] = 60.0
+    """Longest wait, after the stop, for every process to let go of the unit's GPUs; then the reset
+    is refused and the unit quarantined.
+    """
+    release_poll_interval: Annotated[Duration, Span(0, "5m")] = 2.0
+    """How often the GPUs' process lists are read meanwhile."""
+    refuse_if_kfd_processes: StrictBool = True
+    """Refuse a reset while any KFD (compute) process with VRAM or queues runs on the node: a hive
+    reset kills every one of them, not only those on the drained GPUs. fleetd itself and the
+    `monitoring_agents` never count.
+    """
+    monitoring_agents: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(
+        default_factory=lambda: list(DEFAULT_MONITORING_AGENTS), max_length=64
+    )
+    """Processes that hold /dev/kfd or a GPU to watch it, not to compute (gpuagent, rdcd,
+    amd-smi, …), by process name, executable or systemd unit: they never hold a reset back.
+    """
 
 
 class BurnInConfig(StrictModel):
+    """A command run after a reset's verification, before workers come back."""
+
     command: Argv
-    timeout: Duration = 600.0
+    """Command (argument vector, no shell) that exercises the GPUs after a reset; exit 0 passes.
+    `{gpus}` and `{node}` are replaced.
+    """
+    timeout: Annotated[Duration, Span(0, "1d")] = 600.0
+    """How long the burn-in may run; on expiry it is killed and fails."""
 
     @model_validator(mode="after")
+    @documents()
     def _check(self) -> BurnInConfig:
         _argv(self.command, "command")
         return self
 
 
 class VerifyConfig(StrictModel):
-    """What a reset unit must show before its workers come back."""
+    """What a reset unit must show before its workers come back.
 
-    healthy_polls: int = Field(default=3, ge=1)
-    poll_interval: Duration = 5.0
-    timeout: Duration = 300.0
+    ``timeout`` is longer than the 10-minute window of GpuEccUncorrectableError: a driver that
+    keeps its RAS counts across a reset holds that rule's condition until the window has moved
+    past the fault, and verification waits for the rule to clear (docs/remediation.md).
+    """
+
+    healthy_polls: StrictInt = Field(default=3, ge=1, le=100)
+    """Consecutive healthy polls every GPU of the unit needs after the reset: up, PCIe at its
+    maximum width and speed, every XGMI link up, no new uncorrectable errors.
+    """
+    poll_interval: Annotated[Duration, Span(0, "5m")] = 5.0
+    """Time between verification polls."""
+    timeout: Annotated[Duration, Span(0, "1d")] = 900.0
+    """Longest verification; a unit not healthy by then is quarantined."""
     burn_in: BurnInConfig | None = None
+    """Optional burn-in command run after verification passes."""
 
 
 class ReadmitConfig(StrictModel):
     """How long a restarted worker has to answer /health and list its model."""
 
-    timeout: Duration = 900.0
-    poll_interval: Duration = 5.0
-    completion_check: bool = False
+    timeout: Annotated[Duration, Span(0, "1d")] = 900.0
+    """How long a restarted worker has to answer /health and list its model (loading a large model
+    takes minutes).
+    """
+    poll_interval: Annotated[Duration, Span(0, "5m")] = 5.0
+    """How often a restarted worker is checked."""
+    completion_check: StrictBool = False
+    """Also require a 1-token completion to succeed before the worker goes back into rotation."""
 
 
 class HttpHookConfig(StrictModel):
     """An HTTP call to the load balancer; ``{worker}`` etc. are replaced in url and bodies."""
 
     out_url: str = Field(pattern=r"^https?://")
+    """URL called to take a worker out of rotation."""
     in_url: str = Field(pattern=r"^https?://")
+    """URL called to put it back."""
     method: Literal["POST", "PUT", "PATCH", "DELETE", "GET"] = "POST"
+    """HTTP method of both calls."""
     out_body: str | None = None
+    """Request body of the out call (JSON; placeholders replaced)."""
     in_body: str | None = None
+    """Request body of the in call."""
     token: Secret | None = None
-    timeout: Duration = 10.0
+    """Bearer token sent to the load balancer's API."""
+    timeout: Annotated[Duration, Span(0, "5m")] = 10.0
+    """How long one call may take."""
 
     @model_validator(mode="after")
+    @documents()
     def _templates(self) -> HttpHookConfig:
         check_template([t for t in (self.out_url, self.in_url, self.out_body, self.in_body) if t])
         return self
@@ -114,10 +172,19 @@ class RotationConfig(StrictModel):
     """How a systemd worker goes out of and back into rotation: commands or an HTTP call."""
 
     out_command: Argv | None = None
+    """Command that takes `{worker}` out of the load balancer's rotation (e.g. a HAProxy
+    runtime-socket call).
+    """
     in_command: Argv | None = None
+    """Command that puts it back."""
     http: HttpHookConfig | None = None
+    """An HTTP call to the load balancer's API instead of commands."""
 
     @model_validator(mode="after")
+    @documents(
+        "give either out_command/in_command or http, not both",
+        "out_command and in_command go together",
+    )
     def _one_kind(self) -> RotationConfig:
         _argv(self.out_command, "out_command")
         _argv(self.in_command, "in_command")
@@ -133,33 +200,91 @@ class WorkerCommandsConfig(StrictModel):
     """User commands for routers and schedulers (Slurm, Kubernetes) — the ``command`` adapter.
 
     ``status`` prints the number of requests or jobs still in flight (0 means idle).
-    ``ready`` exits 0 once the worker serves again. ``stop``/``start`` are optional.
+    ``ready`` exits 0 once the worker serves again; it runs before ``undrain``, so it must
+    answer while the worker is drained. A reset needs the GPUs free, so either ``stop`` ends
+    the worker's process (and ``start`` brings it back), or ``drain_stops_worker: true``
+    says the ``drain`` command itself ends it (``undrain`` then brings it back).
+    ``probe`` says when fleetd's own HTTP readiness probe (the 1-token completion of
+    ``readmit.completion_check``) runs: ``after_undrain`` (the default) works whether the
+    drain is a router's or the worker's own (a worker that enforces its drain rejects a
+    probe sent before ``undrain``; one that fails the probe is drained again and held);
+    ``before_undrain`` keeps a worker that fails it from ever taking traffic, for drains
+    that happen in a router in front of the worker.
     """
 
     drain: Argv
+    """Stop sending work to `{worker}`."""
     undrain: Argv
+    """Send work to `{worker}` again."""
     status: Argv
+    """Print the number of requests or jobs in flight (0 = idle)."""
     ready: Argv | None = None
+    """Exit 0 once the worker serves again; runs before `undrain`, so it must answer while drained.
+    Unset: the vLLM HTTP checks and the `probe` are used.
+    """
     stop: Argv | None = None
+    """Stop the worker's processes, freeing its GPUs (see `drain_stops_worker`)."""
     start: Argv | None = None
+    """Start them again (required with `stop`)."""
+    drain_stops_worker: StrictBool = False
+    """The `drain` command itself ends the worker's process, so no `stop` is needed (`undrain`
+    brings it back). Without it, `stop` and `start` are required: a worker left running keeps its
+    GPUs and every reset would be refused.
+    """
+    probe: Literal["after_undrain", "before_undrain"] = "after_undrain"
+    """When fleetd's 1-token completion probe runs: `after_undrain` works whether the drain is a
+    router's or the worker's own (one that fails is drained again); `before_undrain` keeps a
+    failing worker from any traffic, for router drains only.
+    """
 
     @model_validator(mode="after")
+    @documents(
+        "no stop command: the workers would keep their GPUs and every reset would be refused; "
+        "give stop (and start), or set drain_stops_worker: true if the drain command itself "
+        "ends the worker's process",
+        "a stop command needs a start command to bring the worker back",
+        "give a stop command or drain_stops_worker: true, not both",
+    )
     def _check(self) -> WorkerCommandsConfig:
         for name in ("drain", "undrain", "status", "ready", "stop", "start"):
             _argv(getattr(self, name), name)
+        if self.stop is None and not self.drain_stops_worker:
+            raise ValueError(
+                "no stop command: the workers would keep their GPUs and every reset would be "
+                "refused; give stop (and start), or set drain_stops_worker: true if the drain "
+                "command itself ends the worker's process"
+            )
+        if self.stop is not None and self.start is None:
+            raise ValueError("a stop command needs a start command to bring the worker back")
+        if self.stop is not None and self.drain_stops_worker:
+            raise ValueError("give a stop command or drain_stops_worker: true, not both")
         return self
 
 
 class WorkersConfig(StrictModel):
+    """How remediation takes workers out of service and back."""
+
     adapter: Literal["systemd", "command"] = "systemd"
+    """`systemd`: workers are systemd units (`vllm.workers[].unit`) behind an optional rotation
+    hook. `command`: your own commands (Slurm, Kubernetes, a router).
+    """
     systemctl: str = "systemctl"
-    command_timeout: Duration = 30.0
-    stop_timeout: Duration = 150.0
-    http_timeout: Duration = 5.0
+    """The systemctl program (found on PATH)."""
+    command_timeout: Annotated[Duration, Span(0, "1h")] = 30.0
+    """Timeout of rotation hooks, `systemctl start`/`is-active` and adapter commands."""
+    stop_timeout: Annotated[Duration, Span(0, "1h")] = 150.0
+    """Timeout of `systemctl stop`; keep it above the unit's `TimeoutStopSec` (90 s in
+    systemd/vllm@.service).
+    """
+    http_timeout: Annotated[Duration, Span(0, "5m")] = 5.0
+    """Timeout of the HTTP reads of a worker (/metrics, /health)."""
     rotation: RotationConfig | None = None
+    """The systemd adapter's load-balancer hook; unset: no rotation step."""
     commands: WorkerCommandsConfig | None = None
+    """The `command` adapter's commands."""
 
     @model_validator(mode="after")
+    @documents("adapter 'command' needs a commands: section (drain, undrain, status)")
     def _adapter_settings(self) -> WorkersConfig:
         if self.adapter == "command" and self.commands is None:
             raise ValueError("adapter 'command' needs a commands: section (drain, undrain, status)")
@@ -170,11 +295,18 @@ class RebootConfig(StrictModel):
     """The optional last rung before quarantine: ask something outside fleetd to reboot."""
 
     command: Argv
-    timeout: Duration = 1800.0
-    max_per_window: int = Field(default=1, ge=1)
-    window: Duration = 86400.0
+    """Command that reboots the node, or asks your scheduler to (`{node}`, `{gpus}` replaced). After
+    the reboot the new daemon verifies the GPUs.
+    """
+    timeout: Annotated[Duration, Span(0, "1d")] = 1800.0
+    """How long the node has to go down after the request; a node still up then is quarantined."""
+    max_per_window: StrictInt = Field(default=1, ge=1, le=100)
+    """Reboots allowed per `window`; beyond: quarantine."""
+    window: Annotated[Duration, Span(0, "30d")] = 86400.0
+    """The sliding window of the reboot budget."""
 
     @model_validator(mode="after")
+    @documents()
     def _check(self) -> RebootConfig:
         _argv(self.command, "command")
         return self
@@ -183,8 +315,12 @@ class RebootConfig(StrictModel):
 class BreakerConfig(StrictModel):
     """Pause all automatic remediation when too many GPUs fail within a short window."""
 
-    max_failures: int = Field(default=8, ge=1)
-    window: Duration = 600.0
+    max_failures: StrictInt = Field(default=8, ge=1, le=100_000)
+    """Distinct GPUs whose faults asked for automatic remediation within `window` that open the
+    breaker (counted fleet-wide with a registry). It stays open until a person resets it.
+    """
+    window: Annotated[Duration, Span(0, "30d")] = 600.0
+    """The breaker's window."""
 
 
 class FleetConfig(StrictModel):
@@ -192,23 +328,50 @@ class FleetConfig(StrictModel):
     ``registry.url`` is set (one database for heartbeats, the cap and the breaker), per node
     otherwise."""
 
-    max_gpus_out: int = Field(default=8, ge=1)
+    max_gpus_out: StrictInt = Field(default=8, ge=1, le=1_000_000)
+    """Most GPUs out of service at once (fleet-wide with a registry, else on this node): GPUs in a
+    run or held after one. An automatic run that would exceed it waits; a person's drain is
+    counted but never refused.
+    """
     breaker: BreakerConfig = Field(default_factory=BreakerConfig)
-    lease_timeout: Duration = 1800.0
-    lease_retry_interval: Duration = 10.0
+    """Stops automatic remediation when too many GPUs fail together."""
+    lease_timeout: Annotated[Duration, Span(0, "1d")] = 1800.0
+    """How long a planned run may wait for the cap (and for the run ahead of it on this node) before
+    it gives up.
+    """
+    lease_retry_interval: Annotated[Duration, Span(0, "1h")] = 10.0
+    """How often a waiting run asks again."""
 
 
 class RemediationConfig(StrictModel):
     """The whole ``remediation:`` section."""
 
     mode: Mode = "dry-run"
+    """`off`: no automatic runs. `dry-run`: runs are planned, journaled and announced, nothing is
+    touched. `on`: fleetd acts. A person's drain/undrain/cancel always acts.
+    """
     reset_unit: Literal["hive", "gpu"] = "hive"
+    """The GPUs one reset reaches: `hive` (every GPU of the XGMI hive, right for MI300/MI350-class
+    nodes) or `gpu` (only for GPUs that are not in a hive).
+    """
     plans: dict[str, Action] = Field(default_factory=lambda: dict(DEFAULT_PLANS))
+    """What a rule's `remediation: {plan: NAME}` does: `reset`, `quarantine`, `reboot`, `afid`
+    (the action the alert's CPER AFID names in the AFID table: physical ⇒ quarantine, reboot ⇒
+    the reboot rung, reset ⇒ reset, none ⇒ no run) or `none` (switched off).
+    """
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
-    probation: Duration = 7200.0
+    """Resets per GPU before the ladder escalates."""
+    probation: Annotated[Duration, Span(0, "30d")] = 7200.0
+    """A GPU that faults again this soon after being re-admitted escalates at once."""
     drain: DrainConfig = Field(default_factory=DrainConfig)
+    """How workers are taken out of service."""
     verify: VerifyConfig = Field(default_factory=VerifyConfig)
+    """What a reset unit must show before its workers come back."""
     readmit: ReadmitConfig = Field(default_factory=ReadmitConfig)
+    """How restarted workers are checked before they take traffic."""
     workers: WorkersConfig = Field(default_factory=WorkersConfig)
+    """How fleetd controls the vLLM workers."""
     reboot: RebootConfig | None = None
+    """Optional rung between reset and quarantine: a command that reboots the node."""
     fleet: FleetConfig = Field(default_factory=FleetConfig)
+    """Cap on GPUs out of service and the circuit breaker."""

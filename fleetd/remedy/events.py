@@ -11,9 +11,10 @@ Delivery is at least once: ``event_id`` is stable across retries and restarts.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-from fleetd.remedy.machine import Severity, Trigger
+from fleetd.remedy.messages import Severity
+from fleetd.remedy.run import Trigger
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,77 +39,7 @@ class RemediationEvent:
     resolve_alert: bool = False
     alert_key: str = ""
     actor: str | None = None  # the person behind a manual action; None for fleetd itself
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form for the journal, the API and webhook payloads."""
-        trigger = None
-        if self.trigger is not None:
-            t = self.trigger
-            trigger = {
-                "kind": t.kind,
-                "at": t.at,
-                "rule": t.rule,
-                "fingerprint": t.fingerprint,
-                "gpu": t.gpu,
-                "severity": t.severity,
-                "value": t.value,
-                "labels": [list(p) for p in t.labels],
-                "who": t.who,
-                "why": t.why,
-            }
-        return {
-            "event_id": self.event_id,
-            "node": self.node,
-            "kind": self.kind,
-            "message": self.message,
-            "at": self.at,
-            "severity": self.severity,
-            "run_id": self.run_id,
-            "seq": self.seq,
-            "state": self.state,
-            "phase": self.phase,
-            "plan": self.plan,
-            "dry_run": self.dry_run,
-            "gpus": list(self.gpus),
-            "workers": list(self.workers),
-            "trigger": trigger,
-            "evidence": list(self.evidence),
-            "raise_alert": self.raise_alert,
-            "resolve_alert": self.resolve_alert,
-            "alert_key": self.alert_key,
-            "actor": self.actor,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RemediationEvent:
-        trig = data.get("trigger")
-        trigger = None
-        if trig is not None:
-            trig = dict(trig)
-            trig["labels"] = tuple((str(k), str(v)) for k, v in trig.get("labels", ()))
-            trigger = Trigger(**trig)
-        return cls(
-            event_id=data["event_id"],
-            node=data["node"],
-            kind=data["kind"],
-            message=data["message"],
-            at=data["at"],
-            severity=data["severity"],
-            run_id=data["run_id"],
-            seq=data["seq"],
-            state=data["state"],
-            phase=data["phase"],
-            plan=data["plan"],
-            dry_run=data["dry_run"],
-            gpus=tuple(data["gpus"]),
-            workers=tuple(data["workers"]),
-            trigger=trigger,
-            evidence=tuple(data["evidence"]),
-            raise_alert=data["raise_alert"],
-            resolve_alert=data["resolve_alert"],
-            alert_key=data["alert_key"],
-            actor=data.get("actor"),
-        )
+    outcome: str | None = None  # how the run ended (once it has), in a few words
 
 
 def alert_key(node: str, gpus: tuple[int, ...]) -> str:

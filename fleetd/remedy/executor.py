@@ -12,27 +12,37 @@ issues it again for a run that has been resumed.
 
 In dry-run every command is answered with a synthetic success and nothing is touched: the
 journal and the events show exactly what would have been done.
+
+Each kind of command is one row of ``_WAYS``: how it is carried out, its dry-run answer,
+whether it changes the world (then the journal is written first) and whether it runs side by
+side with the same command for the other workers.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from itertools import groupby
+from typing import Any, Generic, Protocol, TypeVar
 
 from fleetd.clock import Clock
-from fleetd.config import VllmWorkerConfig
 from fleetd.logs import get_logger
 from fleetd.remedy import machine as m
 from fleetd.remedy import verify
 from fleetd.remedy.commands import render, run_command
 from fleetd.remedy.config import RemediationConfig
 from fleetd.remedy.events import ChangeSink, EventSink, RemediationEvent, alert_key
+from fleetd.remedy.holders import KfdInspector, KfdProcess, judge, matching_agent
+from fleetd.remedy.journal import RunJournal
 from fleetd.remedy.lease import FleetLease
-from fleetd.remedy.ports import GpuControl, HealthPoller
-from fleetd.remedy.workers.base import WorkerAdapter, WorkerGone
-from fleetd.store.journal import RunJournal
+from fleetd.remedy.ports import AlertView, FaultEvents, GpuControl, HealthPoller
+from fleetd.remedy.workers.base import WorkerAdapter
+from fleetd.vllm.client import WorkerGone
+from fleetd.vllm.config import VllmWorkerConfig
 
 log = get_logger("remedy.executor")
 
@@ -56,9 +66,16 @@ class Executor:
         clock: Clock,
         sink: ChangeSink | None = None,
         events: EventSink | None = None,
+        alerts: AlertView | None = None,
+        kfd: KfdInspector | None = None,
+        own_pid: int | None = None,
     ) -> None:
         self.node = node
         self._cfg = config
+        self._kfd = kfd or KfdInspector()
+        self._own_pid = os.getpid() if own_pid is None else own_pid
+        self._alerts = alerts
+        self._fault_events: FaultEvents | None = None
         self._journal = journal
         self._backend = backend
         self._poller = poller
@@ -103,6 +120,10 @@ class Executor:
                 log.info("remediation_stale_lease_released", run_id=run_id)
 
     # ---- public ------------------------------------------------------------------------
+    def attach_events(self, events: FaultEvents) -> None:
+        """Verification reads the driver's reset evidence (post-reset events, kernel lines)."""
+        self._fault_events = events
+
     def active(self) -> list[m.Run]:
         """The runs in progress, oldest first (a copy: other threads read it while we tick)."""
         runs = list(self._runs.values())
@@ -180,7 +201,7 @@ class Executor:
             unsaved += [self._event(run, c, now) for c in commands if isinstance(c, m.Record)]
             actions = [c for c in commands if not isinstance(c, m.Record)]
             commands = []
-            acts = not run.dry_run and any(isinstance(a, _SIDE_EFFECTS) for a in actions)
+            acts = not run.dry_run and any(_way(a).acts for a in actions)
             if (run is not saved or unsaved) and (acts or not actions):
                 # journal first: nothing that changes the world happens before this write
                 self._journal.save(run, unsaved)
@@ -197,10 +218,7 @@ class Executor:
             if not actions:
                 self._journal.mark_delivered(delivered)
                 return run
-            for action in actions:
-                outcome = self._carry_out(run, action, now)
-                if outcome is not None:
-                    events.append(outcome)
+            events.extend(self._carry_out_all(run, actions, now))
             now = max(now, self._clock.now())
 
     def _event(self, run: m.Run, record: m.Record, now: float) -> RemediationEvent:
@@ -227,6 +245,7 @@ class Executor:
             resolve_alert=record.resolve_alert,
             alert_key=alert_key(run.node, run.gpu_indices),
             actor=run.trigger.who,
+            outcome=run.outcome if run.terminal else None,
         )
 
     def _hand_out(self, events: Sequence[RemediationEvent], now: float) -> list[str]:
@@ -265,56 +284,40 @@ class Executor:
         return delivered
 
     # ---- commands ----------------------------------------------------------------------
+    def _carry_out_all(self, run: m.Run, actions: Sequence[m.Command], now: float) -> list[m.Event]:
+        """Carry out a step's commands, in order; each worker's commands of one kind (stop
+        eight units, read eight loads) run side by side, so one slow worker never stretches
+        the others' cadence or a drain's length. Outcomes come back in command order."""
+        outcomes: list[m.Event | None] = []
+        for _, group in groupby(enumerate(actions), key=_batch_key):
+            outcomes += self._carry_out_batch(run, [cmd for _, cmd in group], now)
+        return [o for o in outcomes if o is not None]
+
+    def _carry_out_batch(
+        self, run: m.Run, batch: Sequence[m.Command], now: float
+    ) -> list[m.Event | None]:
+        if len(batch) <= 1 or run.dry_run:
+            return [self._carry_out(run, cmd, now) for cmd in batch]
+        started = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=min(len(batch), _MAX_PARALLEL)) as pool:
+            results = list(pool.map(lambda cmd: _way(cmd).carry_out(self, run, cmd, now), batch))
+        self.busy_s += time.perf_counter() - started
+        return results
+
     def _carry_out(self, run: m.Run, cmd: m.Command, now: float) -> m.Event | None:
+        way = _way(cmd)
         if run.dry_run:
-            return _pretend(run, cmd)
-        if isinstance(cmd, _OWN_WORK):  # the lease is fleetd's own bookkeeping
-            return self._execute(run, cmd, now)
+            return way.pretend(run, cmd)
+        if way.own:
+            return way.carry_out(self, run, cmd, now)
         started = time.perf_counter()
         try:
-            return self._execute(run, cmd, now)
+            return way.carry_out(self, run, cmd, now)
         finally:
             self.busy_s += time.perf_counter() - started
 
-    def _execute(self, run: m.Run, cmd: m.Command, now: float) -> m.Event | None:
-        if isinstance(cmd, m.AcquireLease):
-            return self._acquire(run, now)
-        if isinstance(cmd, m.ReleaseLease):
-            try:
-                self._lease.release(run.run_id)
-            except Exception as exc:  # released with the stale leases at a later tick
-                log.warning("remediation_lease_release_failed", run_id=run.run_id, error=repr(exc))
-            return None
-        if isinstance(cmd, m.ReleaseHolds):
-            self._release_holds(run, now)
-            return None
-        if isinstance(cmd, m.Unroute):
-            return m.UnrouteResult(cmd.worker, self._worker_call(cmd.worker, self._adapter.unroute))
-        if isinstance(cmd, m.ReadLoad):
-            return self._read_load(cmd.worker)
-        if isinstance(cmd, m.StopUnit):
-            return m.StopResult(cmd.worker, self._worker_call(cmd.worker, self._adapter.stop))
-        if isinstance(cmd, m.StartUnit):
-            return m.StartResult(cmd.worker, self._worker_call(cmd.worker, self._adapter.start))
-        if isinstance(cmd, m.Reroute):
-            return m.RerouteResult(cmd.worker, self._worker_call(cmd.worker, self._adapter.reroute))
-        if isinstance(cmd, m.CheckReady):
-            return self._check_ready(cmd.worker)
-        if isinstance(cmd, m.CheckProcesses):
-            return self._check_processes(run)
-        if isinstance(cmd, m.ResetGpu):
-            return m.ResetResult(_error_of(lambda: self._backend.reset_gpu(cmd.index)))
-        if isinstance(cmd, m.RequestReboot):
-            return m.RebootResult(self._reboot(run))
-        if isinstance(cmd, m.Rediscover):
-            return self._rediscover()
-        if isinstance(cmd, m.PollHealth):
-            return self._poll(run, now)
-        if isinstance(cmd, m.RunBurnIn):
-            return self._burn_in(run)
-        raise TypeError(f"unknown command {cmd!r}")
-
-    def _acquire(self, run: m.Run, now: float) -> m.LeaseResult:
+    # Each command's carrying out, named in ``_WAYS``; all take (run, command, now).
+    def _acquire(self, run: m.Run, cmd: m.AcquireLease, now: float) -> m.LeaseResult:
         """At most one run per node (oldest first), then the pause switch, then the lease."""
         for other in self._runs.values():
             if other.run_id == run.run_id or other.dry_run:
@@ -339,7 +342,13 @@ class Executor:
             return m.LeaseResult(False, f"fleet lease unavailable: {type(exc).__name__}")
         return m.LeaseResult(decision.granted, decision.reason)
 
-    def _release_holds(self, run: m.Run, now: float) -> None:
+    def _release_lease(self, run: m.Run, cmd: m.ReleaseLease, now: float) -> None:
+        try:
+            self._lease.release(run.run_id)
+        except Exception as exc:  # released with the stale leases at a later tick
+            log.warning("remediation_lease_release_failed", run_id=run.run_id, error=repr(exc))
+
+    def _release_holds(self, run: m.Run, cmd: m.ReleaseHolds, now: float) -> None:
         mine = set(run.gpu_indices)
         for held in self._journal.holding(self.node):
             if held.run_id == run.run_id or not mine & set(held.gpu_indices):
@@ -366,7 +375,26 @@ class Executor:
     def _worker_call(self, name: str, call: Callable[[VllmWorkerConfig], None]) -> str | None:
         return _error_of(lambda: call(self._worker(name)))
 
-    def _read_load(self, name: str) -> m.LoadResult:
+    def _unroute(self, run: m.Run, cmd: m.Unroute, now: float) -> m.UnrouteResult:
+        return m.UnrouteResult(cmd.worker, self._worker_call(cmd.worker, self._adapter.unroute))
+
+    def _start(self, run: m.Run, cmd: m.StartUnit, now: float) -> m.StartResult:
+        return m.StartResult(cmd.worker, self._worker_call(cmd.worker, self._adapter.start))
+
+    def _reroute(self, run: m.Run, cmd: m.Reroute, now: float) -> m.RerouteResult:
+        return m.RerouteResult(cmd.worker, self._worker_call(cmd.worker, self._adapter.reroute))
+
+    def _stop(self, run: m.Run, cmd: m.StopUnit, now: float) -> m.StopResult:
+        name = cmd.worker
+        try:
+            note = self._adapter.stop(self._worker(name))
+        except Exception as exc:
+            log.warning("remediation_command_failed", error=_describe(exc), worker=name)
+            return m.StopResult(name, _describe(exc))
+        return m.StopResult(name, note=note)
+
+    def _read_load(self, run: m.Run, cmd: m.ReadLoad, now: float) -> m.LoadResult:
+        name = cmd.worker
         try:
             load = self._adapter.load(self._worker(name))
         except WorkerGone as exc:
@@ -375,31 +403,67 @@ class Executor:
             return m.LoadResult(name, error=_describe(exc))
         return m.LoadResult(name, running=load.running, waiting=load.waiting)
 
-    def _check_ready(self, name: str) -> m.ReadyResult:
+    def _check_ready(self, run: m.Run, cmd: m.CheckReady, now: float) -> m.ReadyResult:
+        name = cmd.worker
         try:
             readiness = self._adapter.ready(self._worker(name))
         except Exception as exc:
             return m.ReadyResult(name, False, _describe(exc))
         return m.ReadyResult(name, readiness.ready, readiness.detail)
 
-    def _check_processes(self, run: m.Run) -> m.ProcessResult:
+    def _check_processes(self, run: m.Run, cmd: m.CheckProcesses, now: float) -> m.ProcessResult:
+        """Who still holds the unit's GPUs (and, before a reset, any KFD process on the node);
+        fleetd itself and monitoring agents never count (docs/remediation.md, "Holders")."""
+        drain = self._cfg.drain
         holders: list[str] = []
-        seen: set[int] = set()
+        seen: set[int] = {self._own_pid}
         try:
             for gpu in run.gpu_indices:
                 for proc in self._backend.processes(gpu):
-                    holders.append(f"GPU {gpu}: pid {proc.pid} ({proc.name})")
+                    if proc.pid in seen:
+                        continue
                     seen.add(proc.pid)
-            if self._cfg.drain.refuse_if_kfd_processes and run.plan is m.Plan.RESET:
-                for pid in self._backend.compute_processes():
-                    if pid not in seen:
-                        seen.add(pid)
-                        holders.append(f"KFD process pid {pid} (a hive reset would kill it)")
+                    agent = matching_agent(KfdProcess(proc.pid, proc.name), drain.monitoring_agents)
+                    if agent is None:
+                        holders.append(f"GPU {gpu}: pid {proc.pid} ({proc.name})")
+            if drain.refuse_if_kfd_processes and run.plan is m.Plan.RESET:
+                pids = set(self._backend.compute_processes()) | set(self._kfd.kfd_pids())
+                verdict = judge(
+                    (self._kfd.inspect(pid) for pid in sorted(pids - seen)),
+                    own_pid=self._own_pid,
+                    agents=drain.monitoring_agents,
+                )
+                holders += [
+                    f"KFD process {p.describe()} (a hive reset would kill it)"
+                    for p in verdict.holders
+                ]
+                for proc, why in verdict.ignored:
+                    log.info("kfd_process_ignored", run_id=run.run_id, pid=proc.pid, why=why)
         except Exception as exc:
             return m.ProcessResult(error=f"cannot list processes: {_describe(exc)}")
         return m.ProcessResult(tuple(holders))
 
-    def _rediscover(self) -> m.RediscoverResult:
+    def _baseline(self, run: m.Run, cmd: m.CaptureBaseline, now: float) -> m.BaselineResult:
+        try:
+            snapshot = self._poller.poll(now)
+        except Exception as exc:
+            return m.BaselineResult(error=f"poll failed: {_describe(exc)}")
+        health = verify.assess(snapshot, run.verify_gpus)
+        return m.BaselineResult(health.ue_counts, health.ce_counts)
+
+    def _reset(self, run: m.Run, cmd: m.ResetGpu, now: float) -> m.ResetResult:
+        return m.ResetResult(_error_of(lambda: self._backend.reset_gpu(cmd.index)))
+
+    def _reboot(self, run: m.Run, cmd: m.RequestReboot, now: float) -> m.RebootResult:
+        reboot = self._cfg.reboot
+        if reboot is None:
+            return m.RebootResult("no reboot command configured")
+        values = {"node": self.node, "gpus": ",".join(map(str, run.gpu_indices))}
+        return m.RebootResult(
+            _error_of(lambda: run_command(render(reboot.command, values), timeout=reboot.timeout))
+        )
+
+    def _rediscover(self, run: m.Run, cmd: m.Rediscover, now: float) -> m.RediscoverResult:
         try:
             found = self._backend.rediscover()
         except Exception as exc:
@@ -407,23 +471,39 @@ class Executor:
         keys = {g.uuid for g in found} | {f"index:{g.index}" for g in found}
         return m.RediscoverResult(tuple(sorted(keys)))
 
-    def _poll(self, run: m.Run, now: float) -> m.HealthResult:
+    def _poll(self, run: m.Run, cmd: m.PollHealth, now: float) -> m.HealthResult:
         try:
             snapshot = self._poller.poll(now)
         except Exception as exc:
             return m.HealthResult((f"poll failed: {_describe(exc)}",))
-        return verify.assess(snapshot, run.verify_gpus)
+        health = verify.assess(snapshot, run.verify_gpus)
+        health = self._with_reset_evidence(run, health)
+        if self._alerts is None:
+            return health
+        held = verify.alert_problems(
+            self._alerts.health_alerts(),
+            run.verify_gpus,
+            trigger_fingerprint=run.trigger.fingerprint,
+            since=run.entered_at,
+            evaluated_at=self._alerts.last_eval_at,
+        )
+        return replace(health, problems=(*health.problems, *held))
 
-    def _reboot(self, run: m.Run) -> str | None:
-        reboot = self._cfg.reboot
-        if reboot is None:
-            return "no reboot command configured"
-        values = {"node": self.node, "gpus": ",".join(map(str, run.gpu_indices))}
-        return _error_of(
-            lambda: run_command(render(reboot.command, values), timeout=reboot.timeout)
+    def _with_reset_evidence(self, run: m.Run, health: m.HealthResult) -> m.HealthResult:
+        if self._fault_events is None or run.reset_at is None:
+            return health
+        try:
+            found = self._fault_events.reset_evidence(run.verify_gpus, run.reset_at)
+        except Exception as exc:
+            log.warning("remediation_reset_evidence_unreadable", error=_describe(exc))
+            return health
+        return replace(
+            health,
+            reset_succeeded=tuple(sorted(found.succeeded.items())),
+            reset_failed=tuple(sorted(found.failed.items())),
         )
 
-    def _burn_in(self, run: m.Run) -> m.BurnInResult:
+    def _burn_in(self, run: m.Run, cmd: m.RunBurnIn, now: float) -> m.BurnInResult:
         burn = self._cfg.verify.burn_in
         if burn is None:
             return m.BurnInResult(None, "no burn-in configured")
@@ -435,23 +515,108 @@ class Executor:
         return m.BurnInResult(None, result.stdout.strip()[-200:])
 
 
-_SIDE_EFFECTS = (
-    m.AcquireLease,
-    m.ReleaseLease,
-    m.ReleaseHolds,
-    m.Unroute,
-    m.StopUnit,
-    m.ResetGpu,
-    m.RequestReboot,
-    m.RunBurnIn,
-    m.StartUnit,
-    m.Reroute,
+# ------------------------------------------------------------------------------------ the table
+C = TypeVar("C", bound=m.Command)
+
+
+@dataclass(frozen=True, slots=True)
+class _Way(Generic[C]):
+    """How the executor handles one kind of command."""
+
+    carry_out: Callable[[Executor, m.Run, C, float], m.Event | None]
+    pretend: Callable[[m.Run, C], m.Event | None]
+    """Dry-run: the outcome a healthy world would give, without touching anything."""
+    acts: bool
+    """It changes the world: the journal is written before it runs (checks and polls only
+    read, and wait for the journal only when the run changed)."""
+    per_worker: bool
+    """One worker each, independent of the others: a step's batch of one kind runs in
+    parallel."""
+    own: bool
+    """fleetd's own bookkeeping (the lease): not time spent outside fleetd (``busy_s``)."""
+
+
+def _row(
+    kind: type[C],
+    carry_out: Callable[[Executor, m.Run, C, float], m.Event | None],
+    pretend: Callable[[m.Run, C], m.Event | None],
+    *,
+    acts: bool = True,
+    per_worker: bool = False,
+    own: bool = False,
+) -> tuple[type[object], _Way[Any]]:
+    """One command's row: a command changes the world unless it says otherwise."""
+    return kind, _Way(carry_out, pretend, acts, per_worker, own)
+
+
+def _answer(event: m.Event | None) -> Callable[[m.Run, object], m.Event | None]:
+    """A dry-run answer that depends on nothing."""
+    return lambda run, cmd: event
+
+
+class _OneWorker(Protocol):
+    @property
+    def worker(self) -> str: ...
+
+
+def _for_worker(answer: Callable[[str], m.Event]) -> Callable[[m.Run, _OneWorker], m.Event]:
+    """A dry-run answer naming the command's worker and nothing else."""
+    return lambda run, cmd: answer(cmd.worker)
+
+
+_WAYS: dict[type[object], _Way[Any]] = dict(
+    [
+        _row(m.AcquireLease, Executor._acquire, _answer(m.LeaseResult(True, "dry-run")), own=True),
+        _row(m.ReleaseLease, Executor._release_lease, _answer(None), own=True),
+        _row(m.ReleaseHolds, Executor._release_holds, _answer(None), own=True),
+        _row(m.Unroute, Executor._unroute, _for_worker(m.UnrouteResult), per_worker=True),
+        _row(
+            m.ReadLoad,
+            Executor._read_load,
+            lambda run, cmd: m.LoadResult(cmd.worker, 0.0, 0.0),
+            acts=False,
+            per_worker=True,
+        ),
+        _row(m.StopUnit, Executor._stop, _for_worker(m.StopResult), per_worker=True),
+        _row(m.CheckProcesses, Executor._check_processes, _answer(m.ProcessResult(())), acts=False),
+        _row(m.CaptureBaseline, Executor._baseline, _answer(m.BaselineResult()), acts=False),
+        _row(m.ResetGpu, Executor._reset, _answer(m.ResetResult())),
+        _row(m.RequestReboot, Executor._reboot, _answer(m.RebootResult())),
+        _row(
+            m.Rediscover,
+            Executor._rediscover,
+            lambda run, cmd: m.RediscoverResult(tuple(g.key for g in run.gpus)),
+            acts=False,
+        ),
+        _row(m.PollHealth, Executor._poll, _answer(m.HealthResult()), acts=False),
+        _row(m.RunBurnIn, Executor._burn_in, _answer(m.BurnInResult(None, "dry-run"))),
+        _row(m.StartUnit, Executor._start, _for_worker(m.StartResult), per_worker=True),
+        _row(
+            m.CheckReady,
+            Executor._check_ready,
+            lambda run, cmd: m.ReadyResult(cmd.worker, True, "dry-run"),
+            acts=False,
+            per_worker=True,
+        ),
+        _row(m.Reroute, Executor._reroute, _for_worker(m.RerouteResult), per_worker=True),
+    ]
 )
-"""Commands that change the world; the journal is written before any of them runs.
-Checks and polls (ReadLoad, CheckProcesses, Rediscover, PollHealth, CheckReady) only read."""
+"""Every command the machine can give (but ``Record``, which the journal keeps): a new
+command is one row here."""
+_MAX_PARALLEL = 16
 
 
-_OWN_WORK = (m.AcquireLease, m.ReleaseLease, m.ReleaseHolds)
+def _way(cmd: m.Command) -> _Way[Any]:
+    way = _WAYS.get(type(cmd))
+    if way is None:
+        raise TypeError(f"unknown command {cmd!r}")
+    return way
+
+
+def _batch_key(item: tuple[int, m.Command]) -> object:
+    """Consecutive per-worker commands of one kind share a key; any other command is alone."""
+    index, cmd = item
+    return type(cmd) if _way(cmd).per_worker else index
 
 
 def _progress(run: m.Run) -> tuple[object, ...]:
@@ -476,35 +641,4 @@ def _error_of(call: Callable[[], object]) -> str | None:
     except Exception as exc:
         log.warning("remediation_command_failed", error=_describe(exc), kind=type(exc).__name__)
         return _describe(exc)
-    return None
-
-
-def _pretend(run: m.Run, cmd: m.Command) -> m.Event | None:
-    """Dry-run: the outcome a healthy world would give, without touching anything."""
-    if isinstance(cmd, m.AcquireLease):
-        return m.LeaseResult(True, "dry-run")
-    if isinstance(cmd, m.Unroute):
-        return m.UnrouteResult(cmd.worker)
-    if isinstance(cmd, m.ReadLoad):
-        return m.LoadResult(cmd.worker, 0.0, 0.0)
-    if isinstance(cmd, m.StopUnit):
-        return m.StopResult(cmd.worker)
-    if isinstance(cmd, m.CheckProcesses):
-        return m.ProcessResult(())
-    if isinstance(cmd, m.ResetGpu):
-        return m.ResetResult()
-    if isinstance(cmd, m.RequestReboot):
-        return m.RebootResult()
-    if isinstance(cmd, m.Rediscover):
-        return m.RediscoverResult(tuple(g.key for g in run.gpus))
-    if isinstance(cmd, m.PollHealth):
-        return m.HealthResult()
-    if isinstance(cmd, m.RunBurnIn):
-        return m.BurnInResult(None, "dry-run")
-    if isinstance(cmd, m.StartUnit):
-        return m.StartResult(cmd.worker)
-    if isinstance(cmd, m.CheckReady):
-        return m.ReadyResult(cmd.worker, True, "dry-run")
-    if isinstance(cmd, m.Reroute):
-        return m.RerouteResult(cmd.worker)
     return None

@@ -22,8 +22,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from fleetd.logs import get_logger
 from fleetd.remedy.config import BreakerConfig, FleetConfig
+from fleetd.remedy.journal import FLEET_TABLES, breaker_table, failures_table, leases_table
 from fleetd.store.db import Database, engine_url
-from fleetd.store.journal import FLEET_TABLES, breaker_table, failures_table, leases_table
 from fleetd.store.schema import METADATA
 
 log = get_logger("remedy.lease")

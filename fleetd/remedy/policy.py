@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import cache
 
+from fleetd.events.afid import AfidTable
 from fleetd.model import Alert, AlertState, Transition, label_value
-from fleetd.remedy.config import RemediationConfig
-from fleetd.remedy.machine import Plan, Run, RunSettings, RunState, Trigger
+from fleetd.remedy.config import Action, RemediationConfig
+from fleetd.remedy.run import Plan, Run, RunSettings, RunState, Trigger
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,9 +90,15 @@ def in_probation(gpu: int, history: Sequence[Run], now: float, probation: float)
 
 
 def decide(
-    alert: Alert, *, config: RemediationConfig, history: Sequence[Run], now: float
+    alert: Alert,
+    *,
+    config: RemediationConfig,
+    history: Sequence[Run],
+    now: float,
+    afids: AfidTable | None = None,
 ) -> Decision:
-    """What to do about ``alert`` (which has just started firing)."""
+    """What to do about ``alert`` (which has just started firing). ``afids`` is the AFID
+    table in force (the shipped one with the operator's overrides), for ``plan: afid``."""
     if config.mode == "off":
         return Decision(None, "remediation is off")
     name = alert.remediation_plan
@@ -101,13 +109,19 @@ def decide(
         return Decision(None, f"plan {name!r} is not configured under remediation.plans")
     if action == "none":
         return Decision(None, f"plan {name!r} is disabled")
+    why = "the rule asks for"
+    if action == "afid":
+        afid_action, why = afid_plan(alert, afids)
+        if afid_action is None:
+            return Decision(None, why)
+        action = afid_action
     gpu = alert_gpu(alert)
     if action == "reboot":
-        return _reboot_or_quarantine(config, history, now, "the rule asks for a reboot")
+        return _reboot_or_quarantine(config, history, now, f"{why} a reboot")
     if gpu is None:
         return Decision(None, f"plan {name!r} needs a gpu label on the alert")
     if action == "quarantine":
-        return Decision(Plan.QUARANTINE, "the rule asks for quarantine")
+        return Decision(Plan.QUARANTINE, f"{why} quarantine")
     previous = in_probation(gpu, history, now, config.probation)
     if previous is not None:
         return _escalate(
@@ -125,6 +139,89 @@ def decide(
             f"GPU {gpu} reset budget spent ({used} resets in {config.budget.window:g}s)",
         )
     return Decision(Plan.RESET, f"reset {used + 1} of {config.budget.max_resets} for GPU {gpu}")
+
+
+AFID_ACTIONS: dict[str, Action | None] = {
+    "physical": "quarantine",
+    "reboot": "reboot",
+    "reset": "reset",
+    "none": None,
+}
+"""The AFID table's actions (fleetd/data/afid_actions.yaml) as remediation actions: a
+physical fault (re-seat, RMA) is never reset: the GPU is quarantined for a person."""
+
+
+def afid_plan(alert: Alert, table: AfidTable | None = None) -> tuple[Action | None, str]:
+    """The remediation action for an alert on a fault report (its ``afid`` and ``action``
+    labels, set by fleetd.events from the AFID table), and the reason to record. A report
+    without an AFID (the kernel's RAS line) takes the table's default action."""
+    table = table if table is not None else _shipped_table()
+    afid = label_value(alert.labels, "afid") or ""
+    kind = label_value(alert.labels, "action") or ""
+    if not afid and not kind and table is not None:
+        kind = table.default.action
+        message = table.default.message
+        name = "no AFID (the AFID table's default)"
+    else:
+        message = afid_message(afid, table)
+        name = f"AFID {afid or '?'}"
+    if kind not in AFID_ACTIONS:
+        return None, f"{name}: no action label on the alert (plan afid needs one)"
+    tail = f" ({message})" if message else ""
+    mapped = AFID_ACTIONS[kind]
+    if mapped is None:
+        return None, f"{name} calls for no action{tail}"
+    return mapped, f"{name} calls for {kind}{tail}: the AFID table asks for"
+
+
+@cache
+def _shipped_table() -> AfidTable | None:
+    try:
+        return AfidTable.load()
+    except Exception:
+        return None
+
+
+def afid_message(afid: str, table: AfidTable | None = None) -> str:
+    """The operator-facing message of ``afid`` in ``table`` (the one in force: shipped plus
+    the operator's overrides; the shipped one when not given); '' when unknown."""
+    table = table if table is not None else _shipped_table()
+    if table is None or not afid.isdigit():
+        return ""
+    entry = table.entries.get(int(afid))
+    return entry.message if entry is not None else ""
+
+
+PLAN_RANK: dict[Plan, int] = {Plan.RESET: 1, Plan.REBOOT: 2, Plan.QUARANTINE: 3}
+"""How far a plan goes: one incident takes the furthest plan any of its reports calls for."""
+
+
+def incident_decision(
+    action: str,
+    why: str,
+    *,
+    config: RemediationConfig,
+    history: Sequence[Run],
+    now: float,
+) -> Decision | None:
+    """The decision an incident's merged action calls for (None: nothing beyond a reset,
+    which the trigger's own plan already covers). ``why`` says which report asked."""
+    mapped = AFID_ACTIONS.get(action)
+    why = why.rstrip(". ")
+    if mapped == "quarantine":
+        return Decision(Plan.QUARANTINE, f"{why}; the fault's incident is quarantined")
+    if mapped == "reboot":
+        return _reboot_or_quarantine(config, history, now, f"{why}; the incident asks for a reboot")
+    return None
+
+
+def merge_incident(decision: Decision, incident: Decision | None) -> Decision:
+    """One incident, one plan: the further of the trigger's plan and the incident's."""
+    if incident is None or incident.plan is None or decision.plan is None:
+        return decision
+    if PLAN_RANK.get(incident.plan, 0) > PLAN_RANK.get(decision.plan, 0):
+        return incident
+    return decision
 
 
 def _escalate(config: RemediationConfig, history: Sequence[Run], now: float, why: str) -> Decision:

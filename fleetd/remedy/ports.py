@@ -6,10 +6,11 @@ these without importing anything from here; tests and the benchmark pass either.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
-from fleetd.model import GpuIdentity, Snapshot
+from fleetd.events.afid import AfidTable
+from fleetd.model import Alert, GpuIdentity, Snapshot
 
 
 class ProcessInfo(Protocol):
@@ -54,3 +55,53 @@ class HealthPoller(Protocol):
     """One poll of every GPU, in the catalog's metric names."""
 
     def poll(self, now: float) -> Snapshot: ...
+
+
+class AlertView(Protocol):
+    """The rules engine as verification reads it (``fleetd.rules.engine.RuleEngine``)."""
+
+    @property
+    def last_eval_at(self) -> float | None:
+        """When the rules last evaluated (None before the first evaluation)."""
+        ...
+
+    def health_alerts(self) -> list[Alert]:
+        """Alerts of the rules that count towards GPU health."""
+        ...
+
+
+class IncidentLike(Protocol):
+    """An open fault incident (``fleetd.events.incidents.Incident``)."""
+
+    @property
+    def opened_at(self) -> float: ...
+    @property
+    def action(self) -> str: ...
+    @property
+    def why(self) -> str: ...
+    @property
+    def classified(self) -> str: ...
+
+
+class ResetEvidenceLike(Protocol):
+    """The driver's word on resets (``fleetd.events.service.ResetEvidence``)."""
+
+    @property
+    def succeeded(self) -> Mapping[int, str]: ...
+    @property
+    def failed(self) -> Mapping[int, str]: ...
+
+
+class FaultEvents(Protocol):
+    """What remediation reads of the event sources (``fleetd.events.service.EventService``):
+    the incident of a GPU, how long a run waits for the rest of it, the AFID table in force,
+    and the reset evidence."""
+
+    @property
+    def settle(self) -> float: ...
+    @property
+    def afids(self) -> AfidTable: ...
+
+    def incident(self, gpu: int) -> IncidentLike | None: ...
+
+    def reset_evidence(self, gpus: Iterable[int], since: float) -> ResetEvidenceLike: ...

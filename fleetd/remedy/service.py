@@ -21,25 +21,31 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from fleetd.clock import Clock
-from fleetd.config import VllmWorkerConfig
 from fleetd.errors import RemedyError
 from fleetd.logs import get_logger
 from fleetd.model import GpuIdentity, Reading, Transition, make_labels
 from fleetd.remedy import machine as m
+from fleetd.remedy.codec import run_to_dict
 from fleetd.remedy.config import RemediationConfig
 from fleetd.remedy.events import ChangeSink, EventSink, RemediationEvent, alert_key
 from fleetd.remedy.executor import Executor
+from fleetd.remedy.holders import KfdInspector
+from fleetd.remedy.journal import PauseState, RunJournal
 from fleetd.remedy.lease import BreakerStatus, FleetLease
 from fleetd.remedy.policy import (
+    PLAN_RANK,
+    Decision,
     decide,
+    incident_decision,
+    merge_incident,
     reboot_available,
     settings_for,
     trigger_of,
     wants_remediation,
 )
-from fleetd.remedy.ports import GpuControl, HealthPoller
+from fleetd.remedy.ports import AlertView, FaultEvents, GpuControl, HealthPoller
 from fleetd.remedy.workers.base import WorkerAdapter
-from fleetd.store.journal import PauseState, RunJournal
+from fleetd.vllm.config import VllmWorkerConfig
 
 log = get_logger("remedy")
 
@@ -83,7 +89,7 @@ class RemediationStatus:
 
 def run_summary(run: m.Run) -> dict[str, Any]:
     """A run as the API shows it: the journal form plus its coarse phase."""
-    return {**m.run_to_dict(run), "phase": run.state.phase, "terminal": run.terminal}
+    return {**run_to_dict(run), "phase": run.state.phase, "terminal": run.terminal}
 
 
 class Remediation:
@@ -103,7 +109,9 @@ class Remediation:
         clock: Clock,
         sink: ChangeSink | None = None,
         events: EventSink | None = None,
+        alerts: AlertView | None = None,
         new_id: Callable[[], str] | None = None,
+        kfd: KfdInspector | None = None,
     ) -> None:
         self.node = node
         self.config = config
@@ -113,6 +121,8 @@ class Remediation:
         self._lease = lease
         self._new_id = new_id or (lambda: uuid.uuid4().hex[:16])
         self._lock = threading.RLock()
+        self._events: FaultEvents | None = None
+        self._classified: set[str] = set()  # runs whose incident's AFID class was noted
         self.executor = Executor(
             node=node,
             config=config,
@@ -125,7 +135,15 @@ class Remediation:
             clock=clock,
             sink=sink,
             events=events,
+            alerts=alerts,
+            kfd=kfd,
         )
+
+    def attach_events(self, events: FaultEvents) -> None:
+        """Read fault incidents (one plan per incident), the AFID table in force and the reset
+        evidence from the event sources (fleetd.events_wiring)."""
+        self._events = events
+        self.executor.attach_events(events)
 
     # ---- automatic --------------------------------------------------------------------
     def handle(self, transitions: Iterable[Transition], now: float) -> list[str]:
@@ -169,7 +187,17 @@ class Remediation:
                 )
                 return None
         history = self._journal.runs(self.node, since=now - self._history_window())
-        decision = decide(transition.alert, config=self.config, history=history, now=now)
+        afids = self._events.afids if self._events is not None else None
+        decision = decide(
+            transition.alert, config=self.config, history=history, now=now, afids=afids
+        )
+        settle = 0.0
+        incident = (
+            self._events.incident(gpu) if self._events is not None and gpu is not None else None
+        )
+        if incident is not None and decision.plan is not None:
+            decision = merge_incident(decision, self._incident_decision(incident, history, now))
+            settle = max(0.0, incident.opened_at + self._settle() - now)
         if decision.plan is None:
             self._node_event("not_remediated", decision.reason, now, trigger=trigger)
             return None
@@ -199,6 +227,11 @@ class Remediation:
                 return None
         plan = decision.plan
         gpus = self._unit(plan, gpu)
+        why = decision.reason
+        note = self._unit_note(plan, gpu)
+        if note is not None:
+            why = f"{why}; {note}"
+            log.warning("reset_unit_whole_node", gpu=gpu, detail=note)
         escalate = (
             plan is m.Plan.RESET
             and reboot_available(self.config, history, now)
@@ -213,9 +246,56 @@ class Remediation:
             settings,
             now,
             dry_run=dry_run,
-            why=decision.reason,
+            why=why,
             escalated=decision.escalated,
+            settle=settle,
         )
+
+    def _settle(self) -> float:
+        return self._events.settle if self._events is not None else 0.0
+
+    def _incident_decision(
+        self, incident: Any, history: Sequence[m.Run], now: float
+    ) -> Decision | None:
+        return incident_decision(
+            incident.action, incident.why, config=self.config, history=history, now=now
+        )
+
+    def _replan(self, now: float) -> None:
+        """Runs still waiting for their incident's other reports take the furthest plan any
+        of them calls for (a CPER record read a second after the counters said "reset" may
+        say "replace the OAM"): one incident, one plan."""
+        if self._events is None:
+            return
+        for run in self.executor.active():
+            gpu = run.trigger.gpu
+            if run.state is not m.RunState.PLANNED or gpu is None or run.plan in m.MANUAL_PLANS:
+                continue
+            incident = self._events.incident(gpu)
+            if incident is None:
+                continue
+            if incident.classified and run.run_id not in self._classified:
+                self._classified.add(run.run_id)
+                text = f"the fault's CPER record: {incident.classified}"
+                self.executor.note(run, m.Record("classified", text), now)
+            history = self._journal.runs(self.node, since=now - self._history_window())
+            better = self._incident_decision(incident, history, now)
+            if better is None or better.plan is None:
+                continue
+            if PLAN_RANK.get(better.plan, 0) <= PLAN_RANK.get(run.plan, 0):
+                continue
+            gpus = self._unit(better.plan, gpu)
+            identities = self._identities()
+            unit = tuple(
+                (i, identities[i].uuid, identities[i].bdf) if i in identities else (i, None, None)
+                for i in gpus
+            )
+            held = {i for r in self._journal.holding(self.node) for i in r.gpu_indices}
+            workers = tuple(
+                w.name for w in self._workers if set(w.gpus) & set(gpus) and not set(w.gpus) & held
+            )
+            replan = m.Replan(better.plan.value, unit, workers, tuple(sorted(held)), better.reason)
+            self.executor.feed(run.run_id, replan, now)
 
     def _history_window(self) -> float:
         reboot = self.config.reboot.window if self.config.reboot is not None else 0.0
@@ -300,8 +380,20 @@ class Remediation:
             )
 
     # ---- driving and reading ------------------------------------------------------------
+    def held_triggers(self) -> frozenset[str]:
+        """Fingerprints of the alerts whose real runs are under way: the rules engine keeps
+        them firing until their run concludes, so the page they caused is never lost to a
+        reset that clears the counter before the alert's group is notified, and the incident
+        closes when the GPUs are back in service."""
+        return frozenset(
+            run.trigger.fingerprint
+            for run in self.executor.active()
+            if not run.dry_run and run.trigger.fingerprint is not None
+        )
+
     def tick(self, now: float) -> None:
         with self._lock:
+            self._replan(now)
             self.executor.tick(now)
 
     def status(self) -> RemediationStatus:
@@ -382,6 +474,7 @@ class Remediation:
         why: str,
         escalated: bool = False,
         workers: tuple[str, ...] | None = None,
+        settle: float = 0.0,
     ) -> str:
         identities = self._identities()
         unit = tuple(
@@ -407,6 +500,8 @@ class Remediation:
             now=now,
             dry_run=dry_run,
             held_gpus=tuple(sorted(held)),
+            settle=settle,
+            outcome=why if plan is m.Plan.QUARANTINE else None,
         )
         note = m.Record("policy", why, severity="warning" if escalated else "info")
         first, *rest = commands
@@ -420,6 +515,14 @@ class Remediation:
             unit = set(self._backend.reset_unit(gpu)) | {gpu}
             return tuple(sorted(unit))
         return (gpu,)
+
+    def _unit_note(self, plan: m.Plan, gpu: int | None) -> str | None:
+        """The backend's reason for a reset unit wider than the hive (unknown topology)."""
+        if plan is not m.Plan.RESET or gpu is None or self.config.reset_unit != "hive":
+            return None
+        explain = getattr(self._backend, "reset_unit_note", None)
+        note = explain(gpu) if explain is not None else None
+        return note if isinstance(note, str) else None
 
     def _identities(self) -> dict[int, GpuIdentity]:
         return {g.index: g for g in self._backend.gpus()}

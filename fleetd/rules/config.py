@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, StrictBool, StrictInt, field_validator
 
-from fleetd.configbase import Duration, StrictModel
+from fleetd.configbase import Duration, Span, StrictModel, check_http_url, documents
 from fleetd.rules.engine import EngineSettings
 from fleetd.rules.loader import RuleSet, load_rule_set
 
@@ -20,15 +21,43 @@ class RulesConfig(StrictModel):
     ``disable: [Name]`` switches a shipped rule off. A missing directory means no local rules.
     """
 
-    shipped: bool = True
-    packs: list[Path] = Field(default_factory=list)
+    shipped: StrictBool = True
+    """Run the rule packs shipped with fleetd."""
+    packs: list[Path] = Field(default_factory=list, max_length=256)
+    """Extra rule pack files or directories, loaded after the shipped ones."""
     local_dir: Path | None = DEFAULT_LOCAL_DIR
-    stale_polls: int = Field(default=3, ge=1, le=1000)
-    no_data_hold: Duration = 3600.0
-    resolved_retention: Duration = 900.0
-    outage_tolerance: Duration = 3600.0
-    for_grace_period: Duration = 60.0
-    runbook_base_url: str = ""
+    """Site rules (`*.yaml`): a rule here with a shipped rule's name replaces it, and `disable:
+    [Name]` switches a shipped rule off. A missing directory means none.
+    """
+    stale_polls: StrictInt = Field(default=3, ge=1, le=1000)
+    """A series not updated for this many polls is stale: a rule reading it sees no data, and a GPU
+    whose telemetry is stale is `unknown`, never `healthy`.
+    """
+    no_data_hold: Annotated[Duration, Span(0, "30d")] = 3600.0
+    """How long a firing alert stays firing while its data is missing before it resolves (a GPU that
+    stops answering is not taken as healed).
+    """
+    resolved_retention: Annotated[Duration, Span(0, "30d")] = 900.0
+    """How long a resolved alert is still shown (API, fleetctl) before it is forgotten."""
+    outage_tolerance: Annotated[Duration, Span(0, "30d")] = 3600.0
+    """Pending alerts keep their progress towards `for` across a daemon restart shorter than this;
+    after a longer outage they start over. Firing alerts stay firing whatever the outage.
+    """
+    for_grace_period: Annotated[Duration, Span(0, "1d")] = 60.0
+    """After a restart, a pending alert of a rule whose `for` is longer than this keeps at least
+    this long to go before it can fire (as Prometheus' `for_grace_period`).
+    """
+    runbook_base_url: str = Field(default="", max_length=2048)
+    """Prefix for a rule's relative `runbook` path: `docs/runbooks/GpuMissing.md` becomes
+    `<runbook_base_url>/docs/runbooks/GpuMissing.md` in the alert's `runbook_url`. Empty, or an
+    http(s) URL.
+    """
+
+    @field_validator("runbook_base_url")
+    @classmethod
+    @documents()
+    def _url_or_empty(cls, value: str) -> str:
+        return check_http_url(value) if value else value
 
 
 def shipped_rules_dir() -> Path:

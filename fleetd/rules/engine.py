@@ -11,16 +11,32 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Literal, ParamSpec, TypeVar
 
 from fleetd.errors import ConfigError
 from fleetd.logs import get_logger
-from fleetd.model import Alert, AlertKey, AlertState, Labels, Transition, make_labels
+from fleetd.model import (
+    Alert,
+    AlertKey,
+    AlertState,
+    Labels,
+    Transition,
+    identity_labels,
+    make_labels,
+)
+from fleetd.polltiming import PollTiming
 from fleetd.query import Query
 from fleetd.rules.evaluate import Evaluation, Vector, compare, range_needs
-from fleetd.rules.health import GPU_UP_METRIC, HEALTH_METRIC, NodeHealth, assess, health_vector
+from fleetd.rules.health import (
+    GPU_UP_METRIC,
+    HEALTH_METRIC,
+    NodeHealth,
+    ServiceMap,
+    assess,
+    health_vector,
+)
 from fleetd.rules.loader import RuleSet
 from fleetd.rules.ranges import RangeMirror
 from fleetd.rules.spec import Rule
@@ -53,9 +69,13 @@ class EngineSettings:
     for_grace_period_s: float = 60.0
 
     @property
+    def timing(self) -> PollTiming:
+        return PollTiming(self.poll_interval_s, stale_polls=self.stale_polls)
+
+    @property
     def lookback_s(self) -> float:
-        """How old a sample may be and still count as the current value: N polls and a half."""
-        return (self.stale_polls + 0.5) * self.poll_interval_s
+        """How old a sample may be and still count as the current value."""
+        return self.timing.stale_after_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,11 +152,16 @@ class RuleEngine:
         self._orphans: dict[AlertKey, AlertEntry] = {}
         self._dirty: dict[AlertKey, AlertEntry | None] = {}
         self._health: NodeHealth | None = None
+        # per GPU: when its last successful reading was (fleetd_gpu_up 1), else when first seen
+        self._last_read: dict[str, float] = {}
+        # which GPUs remediation has out of service (the daemon sets it): health says so, and
+        # rules reading fleetd_gpu_health see it
+        self.service: Callable[[], ServiceMap] | None = None
         self._last_eval_at: float | None = None
         self.last_duration_s = 0.0
         self.evaluations_total = 0
         self.reload_status = ReloadStatus()
-        self._ranges = RangeMirror(late_margin_s=_late_margin(self.settings))
+        self._ranges = RangeMirror(late_margin_s=self.settings.timing.late_margin_s)
         self._install(rules, previous={})
 
     # ------------------------------------------------------------------------------ life cycle
@@ -155,7 +180,7 @@ class RuleEngine:
         """
         if settings is not None:
             self.settings = settings
-            self._ranges.late_margin_s = _late_margin(settings)
+            self._ranges.late_margin_s = settings.timing.late_margin_s
         previous = self._runtime
         self._rules = new_rules
         self._install(new_rules, previous)
@@ -245,15 +270,18 @@ class RuleEngine:
 
     # ------------------------------------------------------------------------------ evaluation
     @_locked
-    def evaluate(self, query: Query, now: float) -> list[Transition]:
+    def evaluate(self, query: Query, now: float, *, held: Collection[str] = ()) -> list[Transition]:
         """Evaluate every rule at ``now`` and return the alert transitions, in rule order.
 
         Pass the same ``query`` object every tick (the daemon's MemoryWindow): range functions
         are kept incrementally per query object, and a different object starts them over.
+        ``held``: fingerprints of firing alerts whose remediation run is under way; they stay
+        firing until the run lets go (see ``fleetd.rules.state``).
         """
         started = self._clock()
         settings = self.settings
-        before = self._assess(query, now)
+        service = self.service() if self.service is not None else None
+        before = self._assess(query, now, service)
         ev = Evaluation(
             query,
             now,
@@ -271,7 +299,7 @@ class RuleEngine:
                 if models is None and _needs_models(rule):
                     models = _gpu_models(query, now)
                 matches, present = self._matches(runtime, ev, models or {})
-                transitions.extend(self._advance(runtime, ev, matches, present, now))
+                transitions.extend(self._advance(runtime, ev, matches, present, now, held))
             except Exception as exc:  # any failure is rule health, never a crash
                 status = runtime.status
                 runtime.status = RuleStatus(
@@ -287,7 +315,7 @@ class RuleEngine:
             runtime.status = RuleStatus(
                 rule.name, "ok", None, now, self._clock() - t0, runtime.status.failures_total
             )
-        self._health = self._assess(query, now)
+        self._health = self._assess(query, now, service)
         self._last_eval_at = now
         self.evaluations_total += 1
         self.last_duration_s = self._clock() - started
@@ -304,7 +332,7 @@ class RuleEngine:
         alerts = runtime.alerts
         for labels, value in values.items():
             model = models.get(_gpu_of(labels) or "") if models else None
-            entry = alerts.get(labels)
+            entry = alerts.get(identity_labels(labels))
             level = rule.threshold
             if rule.clear is not None and entry is not None and entry.state == AlertState.FIRING:
                 level = rule.clear
@@ -319,26 +347,39 @@ class RuleEngine:
         matches: Vector,
         present: Vector | None,
         now: float,
+        held: Collection[str] = (),
     ) -> list[Transition]:
         rule, timing, alerts = runtime.rule, runtime.timing, runtime.alerts
         transitions: list[Transition] = []
+        # alerts are keyed by their identity labels (no uuid): one alert across a UUID change
+        matched_keys: set[Labels] = set()
         for labels, value in matches.items():
+            key = identity_labels(labels)
+            matched_keys.add(key)
             current = self._alert_for(rule, labels, value)
             self._apply(
                 alerts,
-                labels,
-                step(timing, alerts.get(labels), Observation(True, current), now),
+                key,
+                step(timing, alerts.get(key), Observation(True, current), now),
                 transitions,
             )
-        for labels, entry in list(alerts.items()):
-            if labels in matches:
+        present_keys = None if present is None else {identity_labels(x) for x in present}
+        for key, entry in list(alerts.items()):
+            if key in matched_keys:
                 continue
             matched: bool | None = False
             if entry.state in (AlertState.PENDING, AlertState.FIRING) and (
-                present is None or labels not in present
+                present_keys is None or key not in present_keys
             ):
-                matched = False if ev.has_data(rule.expr, labels) else None
-            self._apply(alerts, labels, step(timing, entry, Observation(matched), now), transitions)
+                matched = False if ev.has_data(rule.expr, key) else None
+            result = step(
+                timing,
+                entry,
+                Observation(matched),
+                now,
+                held=bool(held) and entry.alert.key.fingerprint() in held,
+            )
+            self._apply(alerts, key, result, transitions)
         return transitions
 
     def _apply(
@@ -403,7 +444,7 @@ class RuleEngine:
             full["node"] = self.node
         annotations = tuple((name, tpl.render(value, label_map)) for name, tpl in rule.annotations)
         return Alert(
-            key=AlertKey(rule.name, labels),
+            key=AlertKey(rule.name, identity_labels(labels)),  # one alert across UUIDs
             state=AlertState.INACTIVE,
             severity=rule.severity,
             labels=make_labels(full),
@@ -412,17 +453,32 @@ class RuleEngine:
             remediation_plan=rule.remediation_plan,
         )
 
-    def _assess(self, query: Query, now: float) -> NodeHealth:
+    def _assess(self, query: Query, now: float, service: ServiceMap | None) -> NodeHealth:
         gpu_up = query.latest(GPU_UP_METRIC, now=now)
         known = {key: gpu_up.get(key) for key in query.series(GPU_UP_METRIC)}
         known.update(gpu_up)
+        for key, sample in known.items():
+            gpu = key.label("gpu")
+            if gpu is None or sample is None:
+                continue
+            if sample.value == 1.0:
+                self._last_read[gpu] = max(sample.ts, self._last_read.get(gpu, sample.ts))
+            else:  # never read yet: its data is at least as old as the first sample we saw
+                self._last_read.setdefault(gpu, sample.ts)
         counted = (
             entry
             for runtime in self._runtime.values()
             if runtime.rule.health
             for entry in runtime.alerts.values()
         )
-        return assess(known, counted, now, stale_after_s=self.settings.lookback_s)
+        return assess(
+            known,
+            counted,
+            now,
+            stale_after_s=self.settings.lookback_s,
+            service=service,
+            last_read=self._last_read,
+        )
 
     def _clock(self) -> float:
         return self._timer() if self._timer is not None else 0.0
@@ -439,6 +495,17 @@ class RuleEngine:
         for runtime in self._runtime.values():
             out.extend(entry for _, entry in sorted(runtime.alerts.items()))
         return out
+
+    @_locked
+    def health_alerts(self) -> list[Alert]:
+        """Alerts of the rules that count towards GPU health (``health: true``): the faults
+        remediation's verification must see cleared before a GPU goes back into service."""
+        return [
+            entry.alert
+            for runtime in self._runtime.values()
+            if runtime.rule.health
+            for _, entry in sorted(runtime.alerts.items())
+        ]
 
     @_locked
     def rule_statuses(self) -> list[RuleStatus]:
@@ -460,11 +527,6 @@ class RuleEngine:
         upserts = tuple(entry for entry in dirty.values() if entry is not None)
         deletes = tuple(key for key, entry in dirty.items() if entry is None)
         return StateChanges(upserts, deletes, self._last_eval_at)
-
-
-def _late_margin(settings: EngineSettings) -> float:
-    """How late a sample may arrive and still be counted in range functions."""
-    return 5.0 + 2 * settings.poll_interval_s
 
 
 def _persisted(entry: AlertEntry) -> tuple[object, ...]:

@@ -1,7 +1,11 @@
-"""GPU and node health from alert state and data freshness.
+"""GPU and node health from alert state, data freshness and remediation.
 
 Per GPU, in order of precedence:
 
+0. ``out_of_service`` remediation has it out (a real run holds its lease or has its workers
+                 out of rotation, or a finished run holds it: drained, quarantined, held).
+                 Never healthy, whatever the readings say; the rules' own verdict is kept
+                 as ``rules_state`` (a quarantined GPU may still be unhealthy);
 1. ``unknown``   the GPU's own telemetry (``fleetd_gpu_up``) is stale or absent: no verdict
                  without data, in either direction;
 2. ``unhealthy`` a critical alert is firing for it on fresh data;
@@ -11,50 +15,105 @@ Per GPU, in order of precedence:
 
 Only rules with ``health: true`` count (the vLLM rules do not: a worker problem is not a GPU
 fault, and counting it would make "worker down while its GPU is healthy" chase its own
-tail). ``info`` alerts never change health. A node is as bad as its worst GPU (unknown
-ranks between unhealthy and degraded) or its own node-level alerts; no GPUs is unknown.
+tail). ``info`` alerts never change health. A node is as bad as its worst GPU or its own
+node-level alerts, ranked healthy < out_of_service < degraded < unknown < unhealthy: a node
+whose GPUs in service are all healthy but some are out is ``out_of_service``; a problem on a
+GPU still serving outranks capacity someone took out on purpose. No GPUs is unknown.
+
+Which GPUs are out of service comes from ``Remediation.status()`` through the pure
+``out_of_service``; ``with_service`` lays it over a verdict, so the rule engine (for
+``fleetd_gpu_health``, which ``VllmWorkerDown`` reads: a worker stopped by remediation is not
+a worker down on a healthy GPU), the API and the daemon's status line all say the same.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from fleetd.configbase import format_duration
-from fleetd.model import AlertState, Health, HealthState, Labels, Sample, SeriesKey, Severity
+from fleetd.logs import get_logger
+from fleetd.model import (
+    AlertState,
+    Health,
+    HealthState,
+    Labels,
+    OutOfService,
+    Sample,
+    SeriesKey,
+    ServiceReason,
+    Severity,
+)
 from fleetd.rules.state import AlertEntry
+
+if TYPE_CHECKING:  # remediation's types, read by structure only: no import at run time
+    from fleetd.remedy.machine import Run
+    from fleetd.remedy.service import RemediationStatus
 
 GPU_UP_METRIC = "fleetd_gpu_up"
 HEALTH_METRIC = "fleetd_gpu_health"
+IN_SERVICE = "in_service"
+SERVICE_STATES = (IN_SERVICE, *(r.value for r in ServiceReason))
+"""The ``state`` values of ``fleetd_gpu_service``."""
+
+ServiceMap = Mapping[str, OutOfService]
+"""GPU index (as the ``gpu`` label) → why it is out of service; absent: in service."""
 
 _RANK = {
     HealthState.HEALTHY: 0,
-    HealthState.DEGRADED: 1,
-    HealthState.UNKNOWN: 2,
-    HealthState.UNHEALTHY: 3,
+    HealthState.OUT_OF_SERVICE: 1,
+    HealthState.DEGRADED: 2,
+    HealthState.UNKNOWN: 3,
+    HealthState.UNHEALTHY: 4,
 }
+_HOLD_REASONS = {"quarantined": ServiceReason.QUARANTINED, "drained": ServiceReason.DRAINED}
+NO_ALERTS = Health(HealthState.HEALTHY, None)
+
+log = get_logger("rules.health")
 
 
 @dataclass(frozen=True, slots=True)
 class GpuHealth:
+    """One GPU's verdict; ``rules`` is the verdict before remediation was laid over it."""
+
     gpu: str
     uuid: str | None
     health: Health
+    rules: Health | None = None
+
+    @property
+    def rules_verdict(self) -> Health:
+        return self.rules if self.rules is not None else self.health
+
+    @property
+    def in_service(self) -> bool:
+        return self.health.out_of_service is None
 
 
 @dataclass(frozen=True, slots=True)
 class NodeHealth:
-    """The verdict for the node and each GPU, as of ``at``."""
+    """The verdict for the node and each GPU, as of ``at``; ``alerts`` is what the node's
+    own (GPU-less) alerts say, kept so the roll-up can be made again."""
 
     node: Health
     gpus: tuple[GpuHealth, ...]
     at: float
+    alerts: Health = NO_ALERTS
 
     def gpu(self, index: str | int) -> GpuHealth | None:
         for item in self.gpus:
             if item.gpu == str(index):
                 return item
         return None
+
+    @property
+    def in_service(self) -> int:
+        return sum(1 for g in self.gpus if g.in_service)
+
+    @property
+    def healthy(self) -> int:
+        return sum(1 for g in self.gpus if g.health.state == HealthState.HEALTHY)
 
 
 def assess(
@@ -63,8 +122,16 @@ def assess(
     now: float,
     *,
     stale_after_s: float,
+    service: ServiceMap | None = None,
+    last_read: Mapping[str, float] | None = None,
 ) -> NodeHealth:
-    """Health of every GPU known from ``fleetd_gpu_up`` (newest sample per series, or None)."""
+    """Health of every GPU known from ``fleetd_gpu_up`` (newest sample per series, or None),
+    with the GPUs in ``service`` out of service.
+
+    ``last_read``: per GPU, when its last successful reading was (``fleetd_gpu_up`` 1). The
+    poller writes ``fleetd_gpu_up`` every poll, 0 while the GPU cannot be read, so the newest
+    sample says only that the poller is alive; a GPU's data age is the time since
+    ``last_read`` when it is given (and growing while readings are missing)."""
     newest: dict[str, tuple[str | None, float | None]] = {}
     for key, sample in gpu_up.items():
         gpu = key.label("gpu")
@@ -84,11 +151,98 @@ def assess(
             node_level.append(entry)
         else:
             per_gpu.setdefault(gpu, []).append(entry)
+    read = last_read or {}
     gpus = tuple(
-        GpuHealth(gpu, uuid, _gpu_verdict(ts, per_gpu.get(gpu, ()), now, stale_after_s))
+        GpuHealth(
+            gpu,
+            uuid,
+            _aged(_gpu_verdict(ts, per_gpu.get(gpu, ()), now, stale_after_s), read.get(gpu), now),
+        )
         for gpu, (uuid, ts) in sorted(newest.items(), key=lambda item: _index_order(item[0]))
     )
-    return NodeHealth(_node_verdict(gpus, node_level, now), gpus, now)
+    placeholder = Health(HealthState.UNKNOWN, None)  # with_service makes the roll-up
+    rules_only = NodeHealth(placeholder, gpus, now, _alerts_verdict(node_level, now))
+    return with_service(rules_only, service or {})
+
+
+def with_service(report: NodeHealth, service: ServiceMap) -> NodeHealth:
+    """``report`` with the GPUs in ``service`` out of service and the node rolled up again.
+
+    Works from each GPU's rules verdict, so laying a newer ``service`` over a report that
+    already had one replaces it (the API does, with remediation's state at request time).
+    """
+    gpus = tuple(_served(g, service.get(g.gpu)) for g in report.gpus)
+    return NodeHealth(_node_verdict(gpus, report.alerts), gpus, report.at, report.alerts)
+
+
+def out_of_service(
+    status: RemediationStatus, lookup: Callable[[str], Run | None] | None = None
+) -> dict[str, OutOfService]:
+    """The GPUs remediation has out of service, from ``Remediation.status()``.
+
+    Held GPUs (quarantined, drained, or left out by a cancelled or aborted run) are out until
+    an undrain completes; an undrain under way does not put them back early. A run in
+    progress takes its unit out once it holds its lease or has a worker out of rotation; a
+    run still waiting in ``planned`` has touched nothing. Dry runs touch nothing: never out
+    (``lookup``, ``Remediation.run``, tells a dry hold from a real one).
+    """
+    out: dict[str, OutOfService] = {}
+    for hold in status.held:
+        run = lookup(hold.run_id) if lookup is not None else None
+        if run is not None and run.dry_run:
+            continue
+        reason = _HOLD_REASONS.get(hold.state, ServiceReason.HELD)
+        plan = run.plan.value if run is not None else "unknown"
+        for index in hold.gpus:
+            out.setdefault(
+                str(index),
+                OutOfService(reason, hold.run_id, plan, hold.state, hold.since, hold.reason),
+            )
+    for active in status.active:
+        if active.dry_run or active.terminal:
+            continue
+        if not (active.lease_held or active.out_of_rotation()):
+            continue
+        for index in active.gpu_indices:
+            out.setdefault(
+                str(index),
+                OutOfService(
+                    ServiceReason.REMEDIATING,
+                    active.run_id,
+                    active.plan.value,
+                    active.state.value,
+                    active.created_at,
+                    active.trigger.describe(),
+                ),
+            )
+    return out
+
+
+class ServiceWatch:
+    """``out_of_service`` as the rule engine reads it each evaluation (``__call__``: the last
+    answer). The daemon ``refresh``es it before it evaluates, outside the engine's lock, so
+    a slow read of remediation's state (the fleet lease lives in the registry) never holds
+    up the API's reads of alerts. A read that fails keeps the last answer: a GPU never
+    counts as back in service because its journal could not be read."""
+
+    def __init__(self, read: Callable[[], ServiceMap]) -> None:
+        self._read = read
+        self._last: dict[str, OutOfService] = {}
+        self._failing = False
+
+    def refresh(self) -> ServiceMap:
+        try:
+            self._last = dict(self._read())
+        except Exception as exc:
+            if not self._failing:
+                log.warning("service_state_unreadable", error=repr(exc))
+            self._failing = True
+            return self._last
+        self._failing = False
+        return self._last
+
+    def __call__(self) -> ServiceMap:
+        return self._last
 
 
 def health_vector(report: NodeHealth | None) -> dict[Labels, float]:
@@ -104,6 +258,68 @@ def health_vector(report: NodeHealth | None) -> dict[Labels, float]:
             labels = tuple(sorted(pairs.items()))
             out[labels] = 1.0 if item.health.state == state else 0.0
     return out
+
+
+def service_state(item: GpuHealth) -> str:
+    """The GPU's ``fleetd_gpu_service`` state: in_service, or why it is out."""
+    hold = item.health.out_of_service
+    return IN_SERVICE if hold is None else hold.reason.value
+
+
+def summary_parts(report: NodeHealth) -> list[str]:
+    """``6/8 GPUs healthy``, ``6/8 in service``, then what is wrong (GPUs out of service by
+    one run together), for systemd's STATUS line."""
+    total = len(report.gpus)
+    parts = [f"{report.healthy}/{total} GPUs healthy"]
+    if report.in_service < total:
+        parts.append(f"{report.in_service}/{total} in service")
+    for gpus, hold in _out_groups(report.gpus):
+        parts.append(f"GPU{_span(gpus)} {hold.reason.value} (run {hold.run_id})")
+    for gpu in report.gpus:
+        if gpu.in_service and gpu.health.state != HealthState.HEALTHY:
+            parts.append(f"GPU{gpu.gpu} {gpu.health.state.value}")
+    return parts
+
+
+def _out_groups(gpus: Iterable[GpuHealth]) -> list[tuple[list[str], OutOfService]]:
+    """GPUs out of service, grouped by the run and reason that has them out."""
+    groups: dict[tuple[str, ServiceReason], tuple[list[str], OutOfService]] = {}
+    for gpu in gpus:
+        hold = gpu.health.out_of_service
+        if hold is not None:
+            groups.setdefault((hold.run_id, hold.reason), ([], hold))[0].append(gpu.gpu)
+    return list(groups.values())
+
+
+def _span(gpus: list[str]) -> str:
+    """``3``, ``0-7`` or ``1,4``: GPU indices as people write them."""
+    if len(gpus) > 2 and all(g.isdigit() for g in gpus):
+        numbers = [int(g) for g in gpus]
+        if numbers == list(range(numbers[0], numbers[-1] + 1)):
+            return f"{numbers[0]}-{numbers[-1]}"
+    return ",".join(gpus)
+
+
+def serve(rules: Health, hold: OutOfService | None) -> Health:
+    """The verdict of a GPU whose rules verdict is ``rules``, out of service when ``hold``."""
+    if hold is None:
+        return rules
+    what = hold.describe() + (f": {hold.detail}" if hold.detail else "")
+    judged = () if rules.state == HealthState.HEALTHY else (f"rules say {rules.state.value}",)
+    return Health(
+        HealthState.OUT_OF_SERVICE,
+        rules.data_age_s,
+        (what, *judged, *rules.reasons),
+        out_of_service=hold,
+        rules_state=rules.state,
+    )
+
+
+def _served(item: GpuHealth, hold: OutOfService | None) -> GpuHealth:
+    rules = item.rules_verdict
+    if hold is None:
+        return GpuHealth(item.gpu, item.uuid, rules)
+    return GpuHealth(item.gpu, item.uuid, serve(rules, hold), rules)
 
 
 def _gpu_verdict(
@@ -136,19 +352,18 @@ def _gpu_verdict(
     return Health(HealthState.HEALTHY, age)
 
 
-def _node_verdict(gpus: tuple[GpuHealth, ...], node_level: list[AlertEntry], now: float) -> Health:
-    ages = [g.health.data_age_s for g in gpus]
-    age = (
-        None if not gpus or any(a is None for a in ages) else max(a for a in ages if a is not None)
-    )
-    if not gpus:
-        return Health(HealthState.UNKNOWN, None, ("no GPUs known",))
-    state = max((g.health.state for g in gpus), key=_RANK.__getitem__)
-    reasons = [
-        f"gpu {g.gpu}: {g.health.state.value}"
-        for g in gpus
-        if g.health.state != HealthState.HEALTHY
-    ]
+def _aged(verdict: Health, last_read: float | None, now: float) -> Health:
+    """``verdict`` with its data age counted from the GPU's last successful reading."""
+    if last_read is None or verdict.data_age_s is None:
+        return verdict
+    age = max(verdict.data_age_s, now - last_read)
+    return verdict if age == verdict.data_age_s else replace(verdict, data_age_s=age)
+
+
+def _alerts_verdict(node_level: Iterable[AlertEntry], now: float) -> Health:
+    """What the node's own alerts say (healthy when none fires)."""
+    state = HealthState.HEALTHY
+    reasons: list[str] = []
     for entry in node_level:
         name = entry.alert.key.rule
         if entry.no_data_since is not None:
@@ -163,7 +378,32 @@ def _node_verdict(gpus: tuple[GpuHealth, ...], node_level: list[AlertEntry], now
             own = HealthState.DEGRADED
             reasons.append(f"{name} (warning)")
         state = max(state, own, key=_RANK.__getitem__)
-    return Health(state, age, tuple(reasons))
+    return Health(state, None, tuple(reasons))
+
+
+def _node_verdict(gpus: tuple[GpuHealth, ...], alerts: Health) -> Health:
+    ages = [g.health.data_age_s for g in gpus]
+    age = (
+        None if not gpus or any(a is None for a in ages) else max(a for a in ages if a is not None)
+    )
+    if not gpus:
+        return Health(HealthState.UNKNOWN, None, ("no GPUs known",))
+    state = max((g.health.state for g in gpus), key=_RANK.__getitem__)
+    state = max(state, alerts.state, key=_RANK.__getitem__)
+    reasons = [  # problems in service first: they are what needs a person
+        f"gpu {g.gpu}: {g.health.state.value}"
+        for g in gpus
+        if g.in_service and g.health.state != HealthState.HEALTHY
+    ]
+    reasons += [
+        f"gpu{'s' if len(indices) > 1 else ''} {_span(indices)}: "
+        f"{hold.reason.value} (run {hold.run_id})"
+        for indices, hold in _out_groups(gpus)
+    ]
+    reasons.extend(alerts.reasons)
+    rules = max((g.rules_verdict.state for g in gpus), key=_RANK.__getitem__)
+    rules = max(rules, alerts.state, key=_RANK.__getitem__)
+    return Health(state, age, tuple(reasons), rules_state=rules if rules != state else None)
 
 
 def _label(labels: Labels, name: str) -> str | None:

@@ -12,7 +12,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from fleetd.configbase import Marks, Path_, dotted, load_yaml, mark_for, read_text, validate
+from fleetd.configbase import (
+    Marks,
+    Path_,
+    dotted,
+    end_problem,
+    load_yaml,
+    mark_for,
+    read_text,
+    validate,
+)
 from fleetd.errors import ConfigError, Problem
 from fleetd.model import make_labels
 from fleetd.rules.evaluate import Interner
@@ -143,10 +152,29 @@ def _duplicate(rule: Rule, first: str) -> Problem:
 
 
 def load_rule_file(path: str | Path, *, runbook_base_url: str = "") -> RuleFile:
-    """Read and compile one rule file; ``ConfigError`` lists every problem in it."""
+    """Read and compile one rule file; ``ConfigError`` lists every problem in it.
+
+    Read as fleetd.yaml is (bounded, UTF-8, see ``fleetd.configbase``); a file is also wrong
+    when it is empty (a site file cut to nothing would silently bring back the shipped rules
+    it replaced or disabled) or cut short (its last line has no line break).
+    """
     filename = str(path)
     text = read_text(path)
-    return parse_rule_text(text, filename, runbook_base_url=runbook_base_url)
+    problems: list[Problem] = []
+    end = end_problem(text, filename)
+    if end is not None:
+        problems.append(end)
+    try:
+        loaded = parse_rule_text(text, filename, runbook_base_url=runbook_base_url)
+    except ConfigError as exc:
+        raise ConfigError([*problems, *exc.problems]) from None
+    if not loaded.rules and not loaded.disable and not text.strip(" \t\r\n"):
+        problems.append(
+            Problem(filename, 1, 1, "", "the file is empty: a rule file holds rules: or disable:")
+        )
+    if problems:
+        raise ConfigError(problems)
+    return loaded
 
 
 def parse_rule_text(text: str, filename: str, *, runbook_base_url: str = "") -> RuleFile:

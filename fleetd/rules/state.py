@@ -9,6 +9,12 @@ stale or missing). No data never resolves an alert and never counts towards ``fo
 alert stays firing, marked with ``no_data_since`` (health shows the GPU as *unknown*, not
 unhealthy and not healthy), and only after ``no_data_hold`` without data does it resolve,
 saying why. ``restore`` applies the same thinking to a daemon restart.
+
+A firing alert can also be *held* open by the remediation run it started: the fault is being
+worked on, so its incident stays open until the run concludes, whatever a reset does to the
+counters meanwhile. A held alert whose condition no longer holds is marked like one kept by
+``keep_firing_for`` (``keep_firing_since``: when its condition was last seen clear), which is
+what remediation's verification reads.
 """
 
 from __future__ import annotations
@@ -89,9 +95,23 @@ class StepResult(NamedTuple):
     transition: Transition | None
 
 
-def step(timing: Timing, previous: AlertEntry | None, seen: Observation, now: float) -> StepResult:
-    """Advance one alert by one evaluation at ``now``. Pure: no clock, no I/O."""
+def step(
+    timing: Timing,
+    previous: AlertEntry | None,
+    seen: Observation,
+    now: float,
+    *,
+    held: bool = False,
+) -> StepResult:
+    """Advance one alert by one evaluation at ``now``. Pure: no clock, no I/O.
+
+    ``held``: a remediation run started by this alert is under way; a firing alert then
+    neither resolves (its condition clearing is recorded in ``keep_firing_since``) nor times
+    out without data.
+    """
     state = previous.state if previous is not None else AlertState.INACTIVE
+    if held and previous is not None and state == AlertState.FIRING and not seen.matched:
+        return _held(previous, seen.matched, now)
     if seen.matched is None:
         return _no_data(timing, previous, now)
     if previous is not None and previous.no_data_since is not None:
@@ -100,6 +120,18 @@ def step(timing: Timing, previous: AlertEntry | None, seen: Observation, now: fl
         assert seen.current is not None, "a matching observation carries the current alert"
         return _matched(timing, previous, seen.current, state, now)
     return _not_matched(timing, previous, state, now)
+
+
+def _held(previous: AlertEntry, matched: bool | None, now: float) -> StepResult:
+    """Keep a firing alert open for its run; note when its condition was seen clear."""
+    old = previous.alert
+    if matched is None:
+        since = previous.no_data_since if previous.no_data_since is not None else now
+        return StepResult(AlertEntry(replace(old, last_eval_at=now), no_data_since=since), None)
+    clear_since = old.keep_firing_since if old.keep_firing_since is not None else now
+    return StepResult(
+        AlertEntry(replace(old, keep_firing_since=clear_since, last_eval_at=now)), None
+    )
 
 
 def _matched(

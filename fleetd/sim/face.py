@@ -210,6 +210,47 @@ def _enum(value: Any, kind: type[IntEnum]) -> int:
     return int(value)
 
 
+# ---------------------------------------------------------------------------------- interface
+class _Interface:
+    """``amdsmi.amdsmi_interface`` of the stand-in: every face function, plus the CPER AFID
+    decoder that 7.0.2 offers only here."""
+
+    def __init__(self, face: SimulatedAmdSmi) -> None:
+        self._face = face
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._face, name)
+
+    def amdsmi_get_afids_from_cper(self, cper_afid_data: Any) -> tuple[list[int], int]:
+        """As the real 7.0.2 function: bytes, or a list of {"bytes", "size"} records.
+
+        Like the real one it calls ``bytes()`` on each record's list, so the signed c_byte
+        lists ``amdsmi_get_gpu_cper_entries`` returns raise ValueError there (a trap of the
+        real package, kept: convert with ``& 0xFF`` first), and a ``size`` smaller than the
+        data raises ValueError from ``ctypes.create_string_buffer``.
+        """
+        if isinstance(cper_afid_data, bytes | bytearray):
+            records: Any = [{"bytes": list(cper_afid_data), "size": len(cper_afid_data)}]
+        else:
+            records = cper_afid_data
+        found: list[int] = []
+        for record in records:
+            if not (isinstance(record, dict) and "bytes" in record and "size" in record):
+                raise exc.AmdSmiParameterException(
+                    record, "dict with keys 'bytes' and 'size' or bytes/bytearray"
+                )
+            data = bytes(record["bytes"])
+            size = record["size"]
+            buf = ctypes.create_string_buffer(data, size)  # the real call's own checks
+            raw = bytes(buf.raw[:size])
+            try:
+                afids = self._face.lib.amdsmi_get_afids_from_cper(raw)
+            except SmiStatusError as err:  # this call never maps RETRY/TIMEOUT to subclasses
+                raise exc.AmdSmiLibraryException(err.status) from None
+            found.extend(afids)
+        return found, len(found)
+
+
 # ---------------------------------------------------------------------------------- the face
 class SimulatedAmdSmi:
     """Stands in for the ``amdsmi`` module, reading a SimNode.
@@ -256,9 +297,10 @@ class SimulatedAmdSmi:
         )
 
     @property
-    def amdsmi_interface(self) -> SimulatedAmdSmi:
-        """``amdsmi.amdsmi_interface.X`` works too (the same functions)."""
-        return self
+    def amdsmi_interface(self) -> _Interface:
+        """``amdsmi.amdsmi_interface.X``: the same functions, plus the few the real package
+        keeps only there (``amdsmi_get_afids_from_cper``: not exported at top level in 7.0.2)."""
+        return _Interface(self)
 
     # ------------------------------------------------------------------ lifecycle, discovery
     def amdsmi_init(self, flag: Any = AmdSmiInitFlags.INIT_AMD_GPUS) -> None:
@@ -266,6 +308,11 @@ class SimulatedAmdSmi:
 
     def amdsmi_shut_down(self) -> None:
         _invoke(self.lib.amdsmi_shut_down)
+
+    def amdsmi_get_lib_version(self) -> dict[str, Any]:
+        major, minor, release, build = _invoke(self.lib.amdsmi_get_lib_version)
+        # the real 7.0.2 wrapper decodes ``build.contents``: one char of the build string
+        return {"major": major, "minor": minor, "release": release, "build": build[:1]}
 
     def amdsmi_get_socket_handles(self) -> list[ctypes.c_void_p]:
         return [

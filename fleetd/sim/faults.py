@@ -36,11 +36,20 @@ class EccCeStorm(StrictModel):
 
 
 class EccUncorrectable(StrictModel):
-    """Uncorrectable errors appear at once; the faulty page is retired (pending until reset)."""
+    """Uncorrectable errors appear at once; the faulty page is retired (pending until reset).
+
+    MI300/MI350-class parts run RAS in poison mode: an HBM error is poison the driver
+    contains, and its CPER record is *non-fatal uncorrected* (AFID 22, HBM on-die ECC, which
+    AMD's classes recover by a GPU reset). ``fatal`` models the other path, a fatal-error
+    interrupt: a *fatal* record (AFID 20 for HBM: replace the OAM). ``afid`` names another
+    AFID of AMD's list for the record (a scenario demonstrating one class).
+    """
 
     count: int = Field(1, ge=1)
     block: BlockName = "UMC"
     retire_page: bool = True
+    fatal: bool = False
+    afid: int | None = Field(None, ge=1, le=34)
 
 
 class EccDeferred(StrictModel):
@@ -72,9 +81,16 @@ class PcieReplayStorm(StrictModel):
 
 
 class XgmiLinkDown(StrictModel):
-    """One XGMI link (index into this GPU's peer list) goes down, on both ends."""
+    """One XGMI link (index into this GPU's peer list) goes down, on both ends.
+
+    Both ends count the fault as XGMI_WAFL RAS errors (``wafl_ce`` correctable and
+    ``wafl_ue`` uncorrectable), which is how MI300X/MI355X report XGMI faults; the legacy
+    xgmi_error status latches too but is unreadable on those parts.
+    """
 
     link: int = Field(0, ge=0, le=6)
+    wafl_ce: int = Field(4, ge=0)
+    wafl_ue: int = Field(1, ge=0)
 
 
 class PowerExcursion(StrictModel):
@@ -156,6 +172,33 @@ class GpuOffBus(StrictModel):
     """The GPU falls off the bus: gone from enumeration, its old handle fails."""
 
 
+class RingTimeout(StrictModel):
+    """A job hangs on a ring: amdgpu logs the timeout and, with ``driver_reset``, recovers
+    by resetting the GPU itself (the whole hive, killing its processes without a drain)."""
+
+    ring: str = Field("comp_1.0.0", pattern=r"^[\w.]+$")
+    process: str = Field("python3", pattern=r"^[\w.:-]+$")
+    pid: int = Field(4242, ge=1)
+    driver_reset: bool = True
+
+
+class VmFault(StrictModel):
+    """A process touches memory it has not mapped: a GPU page fault (KFD VMFAULT event and
+    the driver's fault report); the process is killed, the GPU keeps working."""
+
+    process: str = Field("python3", pattern=r"^[\w.:-]+$")
+    pid: int = Field(4242, ge=1)
+    address: int = Field(0x7F5279BAB000, ge=0)
+
+
+class FirmwareFailure(StrictModel):
+    """A firmware that no longer loads: every recovery of the GPU fails to bring ``block``
+    up again (the driver logs it and "GPU reset(N) failed"; no post-reset event)."""
+
+    block: str = Field("psp", pattern=r"^\w+$")
+    firmware: str = Field("amdgpu/psp_13_0_6_ta.bin", pattern=r"^[\w./-]+$")
+
+
 FAULT_PARAMS: dict[str, type[StrictModel]] = {
     "thermal_runaway": ThermalRunaway,
     "ecc_ce_storm": EccCeStorm,
@@ -169,6 +212,9 @@ FAULT_PARAMS: dict[str, type[StrictModel]] = {
     "hung_call": HungCall,
     "unsupported_fields": UnsupportedFields,
     "gpu_off_bus": GpuOffBus,
+    "ring_timeout": RingTimeout,
+    "vm_fault": VmFault,
+    "firmware_failure": FirmwareFailure,
 }
 FAULT_NAMES: tuple[str, ...] = tuple(FAULT_PARAMS)
 """Every fault kind, as used by ``SimNode.inject`` and in scenario files."""
@@ -230,7 +276,7 @@ GPU_FUNCTIONS: frozenset[str] = frozenset(
 )
 """amdsmi functions that act on one GPU handle (what a hang or an unsupported call can hit)."""
 
-DEFAULT_PERSISTENT: dict[str, bool] = {name: False for name in FAULT_PARAMS}
+DEFAULT_PERSISTENT: dict[str, bool] = {name: name == "firmware_failure" for name in FAULT_PARAMS}
 
 
 @dataclass(eq=False)

@@ -69,6 +69,11 @@ class GpuSpec:
     board_model_number: str
     board_product_name: str
     driver_version: str
+    xgmi_error_status_readable: bool = False
+    """Whether sysfs ``xgmi_error`` answers. amdgpu's reader needs the DF FICA hooks, which
+    DF 4.x (gfx942 MI300X/MI325X, gfx950 MI350X/MI355X) lacks: the read fails EINVAL, which
+    rocm_smi maps to INVALID_ARGS and amdsmi to AMDSMI_STATUS_INVAL (ROCm/rocm-systems#11468;
+    rocm-smi-lib ``ErrnoToRsmiStatus``). True only for DF 3.6 parts (MI2xx), not modelled."""
 
 
 MI355X = GpuSpec(

@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import functools
 import random
+import shutil
 import struct
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fleetd.clock import Clock
 from fleetd.logs import get_logger
+from fleetd.sim import kernel_lines as kl
 from fleetd.sim import physics
 from fleetd.sim import wrapper as w
 from fleetd.sim.faults import (
@@ -31,12 +34,15 @@ from fleetd.sim.faults import (
     EccDeferred,
     EccUncorrectable,
     Fault,
+    FirmwareFailure,
     HungCall,
     PcieDowngrade,
     PcieReplayStorm,
     PowerExcursion,
+    RingTimeout,
     ThermalRunaway,
     UnsupportedFields,
+    VmFault,
     XgmiLinkDown,
     parse_params,
 )
@@ -113,6 +119,15 @@ class SimEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class SimKernelLine:
+    """One message the simulated driver (or the PCI core) printed to the kernel log."""
+
+    seq: int
+    at: float
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class BadPage:
     address: int
     size: int
@@ -129,12 +144,20 @@ class CperEntry:
     notify: int
     block: str
     count: int
+    afid: int | None = None  # None: the class's AFID (raw.CPER_AFIDS)
 
 
 CPER_RING = 1024
 """Records a GPU keeps; older ones are overwritten (cursors keep counting)."""
 CES_PER_CPER = 100
 """A correctable-error storm writes one CPER record per this many errors."""
+REPLAYS_PER_AER = 1000
+"""A replay storm makes one (rate-limited) corrected AER report and CPER record per this many
+replays."""
+KERNEL_LOG_KEEP = 20_000
+"""Kernel lines the node keeps (readers follow by sequence number)."""
+THROTTLE_PPT = 0x1 << 16
+"""The PPT bit of the THERMAL_THROTTLE event's bitmask (the thermal ones are 0x1-0x4)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +209,7 @@ class SimGpu:
         self.page_rng = random.Random(f"pages:{spec.model}:{seed}:{ident.index}")
         self.throttle_events = 0
         self.unavailable_until = float("-inf")
+        self.reset_counter = 0  # amdgpu's gpu_reset_counter: "GPU reset(N) succeeded!"
 
     @property
     def ecc_counts(self) -> dict[str, tuple[int, int, int]]:
@@ -213,9 +237,24 @@ class SimNode:
         self.seed = seed
         self.clock = clock
         self.root = root
+        self.library_version: tuple[int, int, int, str] = (26, 1, 0, "7.0.2")
+        """What ``amdsmi_get_lib_version`` reports: the ROCm library installed on the node
+        (26.1.x is ROCm 7.0; 7.13 ships 26.4.0). Set it to model a node with another ROCm."""
         """Whether the caller has root: without it resets fail NO_PERM, debugfs reads fail."""
         self.reset_unavailable_s = reset_unavailable_s
         """Model seconds after a reset during which the hive answers BUSY."""
+        self.vram_read_opens_kfd = spec.gfx_target == 0x942
+        """gfx942 (MI300X/MI325X) under a library before 26.3 (ROCm 7.12): reading VRAM usage
+        falls back to opening /dev/kfd in the caller, which stays a KFD process for its life
+        (ROCm/ROCm#4411; fixed in 7.12 by a fork-and-exit reader, ROCm/rocm-systems#2840).
+        ``kfd_self_client`` applies it; reference: hardware-behaviour.md §1.3 #5."""
+        self.xgmi_error_status_readable = spec.xgmi_error_status_readable
+        """Whether amdsmi_gpu_xgmi_error_status answers (False on gfx942/gfx950: INVAL). Set
+        it to model a DF 3.6 part (MI2xx) whose sysfs ``xgmi_error`` works."""
+        self.reset_call_s = 0.0
+        """How long ``amdsmi_reset_gpu`` blocks its caller. The reset itself happens at once,
+        as amdgpu's recovery runs in the kernel: a caller killed during the call still leaves
+        the hive reset (what a daemon restarted mid-reset must be able to find out)."""
         self.hive_id = make_hive_id(spec, seed)
         self.gpus = [
             SimGpu(spec, ident, self.hive_id, seed)
@@ -230,7 +269,12 @@ class SimNode:
         self._killed: list[KilledProcess] = []
         self._events: list[SimEvent] = []
         self._event_seq = 0
+        self._klog: list[SimKernelLine] = []
+        self._klog_seq = 0
+        self._ras_event_id = 0
         self._resets: list[ResetRecord] = []
+        self._sysfs_root: Path | None = None
+        self._vram_written: dict[int, int] = {}  # mem_info_vram_used last written, per GPU
 
     # ------------------------------------------------------------------ time
     @property
@@ -249,7 +293,20 @@ class SimNode:
                 for gpu in self.gpus:
                     self._advance(gpu, self._now, target)
                 self._now = target
+                self._sync_vram_files()
             return self._now
+
+    def _sync_vram_files(self) -> None:
+        """amdgpu's ``mem_info_vram_used`` in the fake sysfs tree, rewritten when it changes."""
+        if self._sysfs_root is None:
+            return
+        for gpu in self.gpus:
+            used = self.vram_used_bytes(gpu)
+            path = self.pci_device_dir(gpu.index)
+            if path is None or self._vram_written.get(gpu.index) == used or not path.is_dir():
+                continue
+            (path / "mem_info_vram_used").write_text(f"{used}\n")
+            self._vram_written[gpu.index] = used
 
     def _advance(self, gpu: SimGpu, t0: float, t1: float) -> None:
         dt = t1 - t0
@@ -312,8 +369,24 @@ class SimNode:
                         CES_PER_CPER,
                         at,
                     )
+                    self._ras_line(gpu, CES_PER_CPER, "correctable", params.block, at)
             elif isinstance(params, PcieReplayStorm):
+                before = gpu.pcie["replay"]
                 gpu.pcie["replay"] += params.rate_per_s * dt
+                first = int(before // REPLAYS_PER_AER) + 1
+                for k in range(first, int(gpu.pcie["replay"] // REPLAYS_PER_AER) + 1):
+                    at = t0 + (k * REPLAYS_PER_AER - before) / params.rate_per_s
+                    self._add_cper(
+                        gpu,
+                        w.AMDSMI_CPER_SEV_NON_FATAL_CORRECTED,
+                        w.AMDSMI_CPER_NOTIFY_TYPE_PCIE,
+                        "PCIE_BIF",
+                        REPLAYS_PER_AER,
+                        at,
+                    )
+                    self._kernel(
+                        kl.aer_corrected(gpu.ident.bdf, self.root_port(gpu), "BadDLLP"), at
+                    )
                 gpu.pcie["rollover"] += params.rate_per_s * dt / 256.0
                 gpu.pcie["l0"] += params.rate_per_s * dt / 40.0
                 gpu.pcie["nak_sent"] += params.rate_per_s * dt / 8.0
@@ -401,9 +474,16 @@ class SimNode:
         gpu.bad_pages.append(BadPage(address, PAGE_SIZE, status))
 
     def _add_cper(
-        self, gpu: SimGpu, severity: int, notify: int, block: str, count: int, at: float
+        self,
+        gpu: SimGpu,
+        severity: int,
+        notify: int,
+        block: str,
+        count: int,
+        at: float,
+        afid: int | None = None,
     ) -> None:
-        gpu.cper.append(CperEntry(gpu.cper_total, at, severity, notify, block, count))
+        gpu.cper.append(CperEntry(gpu.cper_total, at, severity, notify, block, count, afid))
         gpu.cper_total += 1
         if len(gpu.cper) > CPER_RING:
             del gpu.cper[0]
@@ -462,9 +542,56 @@ class SimNode:
                 return False
         return True
 
+    def xgmi_ports(self, gpu_index: int) -> list[bool | None]:
+        """XGMI port states as the C library reports them: one entry per GPU of the node
+        (``total_links`` = min(#sockets, 8), the port to itself included), port ``j`` wired
+        to GPU ``j``. True up, False down, None unused. The port to itself carries no link
+        and reads down (0 in gpu_metrics, "D"), as unused ports can on a healthy board
+        (AMD's example prints ``U U U U D U D X``); hardware-behaviour.md §1.3 #6."""
+        out: list[bool | None] = []
+        peers = self.peers(gpu_index)
+        for port in range(len(self.gpus)):
+            if port == gpu_index:
+                out.append(False)
+            else:
+                out.append(self.link_up(gpu_index, peers.index(port)))
+        return out
+
     def present(self, gpu_index: int) -> bool:
         """False while the GPU is off the bus."""
         return not any(f.kind == "gpu_off_bus" for f in self.active_faults(gpu_index))
+
+    # ------------------------------------------------------------------ fake sysfs
+    def attach_sysfs(self, root: Path) -> Path:
+        """Keep a fake sysfs tree under ``root``: ``sys/bus/pci/devices/<bdf>/`` (with a
+        ``vendor`` file) for every GPU on the bus. A GPU that falls off the bus leaves it, as
+        the kernel removes the PCI device; it comes back when the fault clears. Returns
+        ``root``, the filesystem root fleetd's backend is given (``pci_root``)."""
+        with self.lock:
+            self._sysfs_root = root
+            self._sync_sysfs()
+        return root
+
+    def pci_device_dir(self, gpu_index: int) -> Path | None:
+        """The fake sysfs directory of GPU ``gpu_index`` (None without a fake tree)."""
+        if self._sysfs_root is None:
+            return None
+        return self._sysfs_root / "sys/bus/pci/devices" / self.gpus[gpu_index].ident.bdf
+
+    def _sync_sysfs(self) -> None:
+        if self._sysfs_root is None:
+            return
+        for gpu in self.gpus:
+            path = self.pci_device_dir(gpu.index)
+            assert path is not None
+            if self.present(gpu.index):
+                path.mkdir(parents=True, exist_ok=True)
+                (path / "vendor").write_text("0x1002\n")
+                used = self.vram_used_bytes(gpu)
+                (path / "mem_info_vram_used").write_text(f"{used}\n")
+                self._vram_written[gpu.index] = used
+            elif path.exists():
+                shutil.rmtree(path)
 
     def vram_used_bytes(self, gpu: SimGpu) -> int:
         total = gpu.spec.vram_mb * 1024 * 1024
@@ -547,25 +674,32 @@ class SimNode:
             self._next_fault_id += 1
             self._faults.append(fault)
             self._apply_once(fault)
+            self._sync_sysfs()
             log.info("sim_fault_injected", fault=kind, gpu=gpu, fault_id=fault.id)
-            return fault.id
+        if isinstance(parsed, RingTimeout) and parsed.driver_reset:
+            self.reset_hive(gpu, at=now)  # amdgpu's own recovery: no caller, no drain
+        return fault.id
 
     def _apply_once(self, fault: Fault) -> None:
-        """The instantaneous part of a fault (errors that appear at once, sticky states)."""
+        """The instantaneous part of a fault (errors that appear at once, sticky states), with
+        the CPER records, KFD events and kernel lines the driver writes for it."""
         gpu = self.gpus[fault.gpu]
         params = fault.params
+        now = self._now
+        bdf = gpu.ident.bdf
         if isinstance(params, EccUncorrectable):
             gpu.ecc[params.block][1] += params.count
             if params.retire_page and params.block == "UMC":
                 self._add_page(gpu, w.AMDSMI_MEM_PAGE_STATUS_PENDING)
-            self._add_cper(
-                gpu,
-                w.AMDSMI_CPER_SEV_FATAL,
-                w.AMDSMI_CPER_NOTIFY_TYPE_MCE,
-                params.block,
-                params.count,
-                self._now,
+            severity = (
+                w.AMDSMI_CPER_SEV_FATAL if params.fatal else w.AMDSMI_CPER_SEV_NON_FATAL_UNCORRECTED
             )
+            notify = w.AMDSMI_CPER_NOTIFY_TYPE_MCE
+            self._add_cper(gpu, severity, notify, params.block, params.count, now, params.afid)
+            if params.fatal:
+                self._ras_event_id += 1
+                self._kernel([kl.ras_fatal(bdf, self._ras_event_id)], now)
+            self._ras_line(gpu, params.count, "uncorrectable", params.block, now)
         elif isinstance(params, EccDeferred):
             gpu.ecc[params.block][2] += params.count
             self._add_cper(
@@ -574,16 +708,123 @@ class SimNode:
                 w.AMDSMI_CPER_NOTIFY_TYPE_MCE,
                 params.block,
                 params.count,
-                self._now,
+                now,
             )
+            self._kernel([kl.poison_created(bdf)], now)
+            self._ras_line(gpu, params.count, "deferred", params.block, now)
         elif isinstance(params, XgmiLinkDown):
             peer = self.gpus[self.peers(fault.gpu)[params.link]]
             for g in (gpu, peer):
+                # what gfx942/gfx950 report: RAS errors of the XGMI_WAFL block (the
+                # xgmi_error status below is unreadable there, ROCm/rocm-systems#11468)
+                g.ecc["XGMI_WAFL"][0] += params.wafl_ce
+                g.ecc["XGMI_WAFL"][1] += params.wafl_ue
                 g.xgmi_error = (
                     w.AMDSMI_XGMI_STATUS_ERROR
                     if g.xgmi_error == w.AMDSMI_XGMI_STATUS_NO_ERRORS
                     else w.AMDSMI_XGMI_STATUS_MULTIPLE_ERRORS
                 )
+                if params.wafl_ce:
+                    self._add_cper(
+                        g,
+                        w.AMDSMI_CPER_SEV_NON_FATAL_CORRECTED,
+                        w.AMDSMI_CPER_NOTIFY_TYPE_CMC,
+                        "XGMI_WAFL",
+                        params.wafl_ce,
+                        now,
+                    )
+                    self._ras_line(g, params.wafl_ce, "correctable", "XGMI_WAFL", now)
+                if params.wafl_ue:
+                    self._add_cper(
+                        g,
+                        w.AMDSMI_CPER_SEV_FATAL,
+                        w.AMDSMI_CPER_NOTIFY_TYPE_MCE,
+                        "XGMI_WAFL",
+                        params.wafl_ue,
+                        now,
+                    )
+                    self._ras_line(g, params.wafl_ue, "uncorrectable", "XGMI_WAFL", now)
+        elif isinstance(params, PowerExcursion):
+            # the SMU reports the PPT throttler switching on like a thermal one (KFD event)
+            gpu.throttle_events += 1
+            message = f"{THROTTLE_PPT:x}:{gpu.throttle_events:x}"
+            self._emit(gpu.index, w.AMDSMI_EVT_NOTIF_THERMAL_THROTTLE, message, at=now)
+        elif isinstance(params, RingTimeout):
+            seq = 1000 + 2 * self._klog_seq
+            lines = kl.ring_timeout(bdf, params.ring, seq, seq + 2, params.process, params.pid)
+            self._kernel(lines, now)
+        elif isinstance(params, VmFault):
+            self._emit(
+                gpu.index, w.AMDSMI_EVT_NOTIF_VMFAULT, f"{params.pid:x}:{params.process}", at=now
+            )
+            self._kernel(
+                kl.page_fault(
+                    bdf, "gfxhub", 8, 0x8000 + gpu.index, params.process, params.pid, params.address
+                ),
+                now,
+            )
+
+    # ------------------------------------------------------------------ kernel log
+    def _kernel(self, texts: Iterable[str], at: float) -> None:
+        for text in texts:
+            self._klog_seq += 1
+            self._klog.append(SimKernelLine(self._klog_seq, at, text))
+        if len(self._klog) > KERNEL_LOG_KEEP:
+            del self._klog[: len(self._klog) - KERNEL_LOG_KEEP]
+
+    def _ras_line(self, gpu: SimGpu, count: int, kind: str, block: str, at: float) -> None:
+        self._ras_event_id += 1
+        self._kernel([kl.ras_count(gpu.ident.bdf, self._ras_event_id, count, kind, block)], at)
+
+    def root_port(self, gpu: SimGpu) -> str:
+        """The PCIe root port above the GPU (its bus's bridge: bus - 1, device 1)."""
+        domain, bus, _rest = gpu.ident.bdf.split(":")
+        return f"{domain}:{max(int(bus, 16) - 1, 0):02x}:01.0"
+
+    # ------------------------------------------------------------------ single reports
+    def add_cper_record(
+        self,
+        gpu: int,
+        *,
+        fatal: bool = True,
+        block: str = "MP1",
+        afid: int | None = None,
+        at: float | None = None,
+    ) -> None:
+        """One CPER record and nothing else (no counter moves): what the driver writes for a
+        fault only its firmware saw (a device-internal error, the bad-page threshold)."""
+        with self.lock:
+            now = self.sync(at)
+            severity = w.AMDSMI_CPER_SEV_FATAL if fatal else w.AMDSMI_CPER_SEV_NON_FATAL_UNCORRECTED
+            notify = w.AMDSMI_CPER_NOTIFY_TYPE_MCE
+            self._add_cper(self._select(gpu)[0], severity, notify, block, 1, now, afid)
+
+    def print_ras_line(
+        self, gpu: int, *, kind: str = "uncorrectable", block: str = "UMC", at: float | None = None
+    ) -> None:
+        """One RAS report in the kernel log and nothing else (bench and tests of the kernel
+        path alone)."""
+        with self.lock:
+            now = self.sync(at)
+            self._ras_line(self._select(gpu)[0], 1, kind, block, now)
+
+    def emit_event(self, gpu: int, event: int, message: str, *, at: float | None = None) -> None:
+        """One KFD SMI event and nothing else (bench and tests of the event path alone)."""
+        with self.lock:
+            now = self.sync(at)
+            self._select(gpu)
+            self._emit(gpu, event, message, at=now)
+
+    def kernel_lines_after(self, seq: int) -> list[SimKernelLine]:
+        """Kernel lines with a sequence number above ``seq`` that were printed by now."""
+        with self.lock:
+            now = self._now
+            return [line for line in self._klog if line.seq > seq and line.at <= now]
+
+    @property
+    def last_kernel_seq(self) -> int:
+        with self.lock:
+            return self._klog_seq
 
     def clear(self, fault_id: int, *, at: float | None = None) -> bool:
         """Clear one fault by id; False if it was not active."""
@@ -613,6 +854,7 @@ class SimNode:
     def _drop(self, fault: Fault) -> None:
         self._faults.remove(fault)
         fault.release.set()
+        self._sync_sysfs()
         log.info("sim_fault_cleared", fault=fault.kind, gpu=fault.gpu, fault_id=fault.id)
 
     def active_faults(self, gpu: int | None = None) -> list[Fault]:
@@ -668,6 +910,20 @@ class SimNode:
             if on_kill is not None and on_kill not in proc.on_kill:
                 proc.on_kill.append(on_kill)
 
+    def add_kfd_client(self, pid: int, name: str, *, at: float | None = None) -> None:
+        """A process that holds /dev/kfd with no memory on any GPU (a monitoring agent, or
+        the library's own caller after a VRAM fallback): listed as a compute process, on no
+        GPU's process list, and spared by a reset here (it holds nothing of the hive)."""
+        with self.lock:
+            self.sync(at)
+            self._processes.setdefault(pid, SimProcess(pid, name))
+
+    def kfd_self_client(self, pid: int, name: str) -> None:
+        """The caller read VRAM usage: on a node with the fallback it becomes a KFD client."""
+        if self.vram_read_opens_kfd and self.library_version[:2] < (26, 3):
+            with self.lock:
+                self._processes.setdefault(pid, SimProcess(pid, name))
+
     def remove_process(self, pid: int, *, at: float | None = None) -> bool:
         """Forget a process (it exited); False if unknown."""
         with self.lock:
@@ -710,6 +966,8 @@ class SimNode:
             for g in members:
                 if self.present(g.index):
                     self._emit(g.index, w.AMDSMI_EVT_NOTIF_GPU_PRE_RESET, f"{seq:x}", at=now)
+            initiator = self.gpus[gpu].ident.bdf
+            self._kernel([kl.reset_begin(initiator), kl.reset_method(initiator)], now)
             doomed = [p for p in self._processes.values() if set(p.vram) & set(indices)]
             killed = [KilledProcess(p.pid, p.name, tuple(sorted(p.vram)), now) for p in doomed]
             for p in doomed:
@@ -731,14 +989,26 @@ class SimNode:
                 g.unavailable_until = now + self.reset_unavailable_s
             for fault in [f for f in self._faults if f.gpu in indices]:
                 self._apply_once(fault)
+            done = now + self.reset_unavailable_s
             for g in members:
-                if self.present(g.index):
-                    self._emit(
-                        g.index,
-                        w.AMDSMI_EVT_NOTIF_GPU_POST_RESET,
-                        f"{seq:x}",
-                        at=now + self.reset_unavailable_s,
-                    )
+                if not self.present(g.index):
+                    continue
+                g.reset_counter += 1
+                broken = [
+                    f.params
+                    for f in self.active_faults(g.index)
+                    if isinstance(f.params, FirmwareFailure)
+                ]
+                bdf = g.ident.bdf
+                if broken:  # the block does not come back: no post-reset event
+                    for params in broken:
+                        self._kernel(kl.firmware_failure(bdf, params.block, params.firmware), done)
+                    self._kernel([kl.reset_failed(bdf, g.reset_counter)], done)
+                    continue
+                self._kernel(
+                    [kl.reset_resuming(bdf), kl.reset_succeeded(bdf, g.reset_counter)], done
+                )
+                self._emit(g.index, w.AMDSMI_EVT_NOTIF_GPU_POST_RESET, f"{seq:x}", at=done)
             record = ResetRecord(seq, now, hive_id, gpu, indices, tuple(k.pid for k in killed))
             self._resets.append(record)
             callbacks = [(cb, k) for k in killed for cb in self._kill_callbacks(doomed, k)]
@@ -749,6 +1019,8 @@ class SimNode:
         for victim in killed:
             for listener in listeners:
                 listener(victim)
+        if self.reset_call_s > 0:
+            self.clock.sleep(self.reset_call_s)  # the call returns once recovery is over
         return record
 
     @staticmethod

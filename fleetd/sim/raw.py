@@ -3,16 +3,18 @@
 Each method is named after the C function it stands for and takes C-level arguments
 (handles as pointer integers, enums as plain ints). It returns the raw record(s) the C
 function would fill, or raises ``SmiStatusError(status)`` with the status it would return.
-Everything both faces need lives here: initialisation, handle validity (NOT_FOUND for a GPU
-that left the bus), hangs, BUSY after a reset, unsupported calls and fields, permissions,
-and the KFD event queue. The Python face (face.py) adds only what the real Python wrapper
-adds: type checks, exceptions and dict shapes. An emulated C library can call the same
+Everything both faces need lives here: initialisation, handle validity (a GPU that left the
+bus answers what real amdsmi does, ``off_bus_status``), hangs, BUSY after a reset,
+unsupported calls and fields, permissions, and the KFD event queue. The Python face
+(face.py) adds only what the real Python wrapper adds: type checks, exceptions and dict
+shapes. An emulated C library can call the same
 methods and copy the records into the real ctypes structures.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import struct
 import time
 from collections.abc import Iterator
@@ -47,11 +49,67 @@ XGMI_MIN_BW, XGMI_MAX_BW = 50000, 64000
 RAS_EEPROM_VERSION = 0x30000
 RAS_SCHEMA = 0b1110  # single-bit, double-bit, poison
 DEEP_SLEEP_MHZ = 140
+CALLER_NAME = "fleetd"  # the KFD client the VRAM fallback makes of the caller
 
 _CH_HOT, _CH_HBM, _CH_VR, _CH_EDGE, _CH_POWER, _CH_GFX, _CH_UMC = range(1, 8)
 CPER_HEADER = struct.Struct("<4sHIHIII8B16s16s16s16s8sIQ12s")  # 128 bytes, packed
 CPER_SECTION_BYTES = 72 + 96  # one section descriptor and its body
 CPER_MAX_ENTRIES = 20  # headers the Python wrapper asks for per call
+CPER_DESCRIPTOR = struct.Struct("<IIBBBBI16s16sI20s")  # UEFI section descriptor, 72 bytes
+CPER_SIM_BODY = struct.Struct("<8s16sIQ")  # the simulator's section body (see _cper_record)
+CPER_SIM_MAGIC = b"FLEETSIM"
+CPER_CRASHDUMP_GUID = bytes.fromhex("780cac322326f648b0d07365725fd6ae")  # AMD OOB crashdump
+CPER_NONSTANDARD_GUID = bytes.fromhex("780cac322326f64881a2ac691780551d")  # AMD non-standard
+CPER_AFIDS: dict[tuple[int, str], int] = {
+    # (severity, block) → the AFID of AMD's public AFID event list (ROCm/amdsmi
+    # src/aca-decode/error_map.c) a real decoder would give a record of that class
+    (w.AMDSMI_CPER_SEV_FATAL, "UMC"): 20,  # HBM on-die ECC, fatal
+    (w.AMDSMI_CPER_SEV_NON_FATAL_UNCORRECTED, "UMC"): 22,  # HBM on-die ECC, non-fatal
+    (w.AMDSMI_CPER_SEV_NON_FATAL_CORRECTED, "UMC"): 24,  # HBM, corrected
+    (w.AMDSMI_CPER_SEV_FATAL, "XGMI_WAFL"): 18,  # XGMI, fatal
+    (w.AMDSMI_CPER_SEV_NON_FATAL_CORRECTED, "XGMI_WAFL"): 17,  # XGMI, corrected
+    (w.AMDSMI_CPER_SEV_FATAL, "PCIE_BIF"): 14,  # PCIe AER, fatal
+    (w.AMDSMI_CPER_SEV_NON_FATAL_CORRECTED, "PCIE_BIF"): 13,  # PCIe AER, corrected
+}
+CPER_AFID_BY_SEVERITY = {
+    w.AMDSMI_CPER_SEV_FATAL: 30,  # device internal errors, all others, fatal
+    w.AMDSMI_CPER_SEV_NON_FATAL_UNCORRECTED: 28,  # ... uncorrected, non-fatal
+    w.AMDSMI_CPER_SEV_NON_FATAL_CORRECTED: 29,  # ... corrected
+}
+CPER_MAX_AFIDS = 12  # MAX_NUMBER_OF_AFIDS_PER_RECORD in amdsmi 7.0.2
+
+
+OFF_BUS_CACHED: frozenset[str] = frozenset(
+    {"amdsmi_get_gpu_device_bdf", "amdsmi_get_processor_type"}
+)
+"""Answered from the device list amdsmi built at init: they keep working off the bus."""
+
+OFF_BUS_DRM: frozenset[str] = frozenset(
+    {
+        "amdsmi_get_gpu_asic_info",
+        "amdsmi_get_gpu_vram_info",
+        "amdsmi_get_gpu_driver_info",
+        "amdsmi_get_gpu_vram_usage",
+        "amdsmi_get_gpu_process_list",
+    }
+)
+"""Read through the DRM render node (libdrm ioctls, fdinfo): DRM_ERROR off the bus."""
+
+
+def off_bus_status(function: str) -> int:
+    """What real amdsmi answers on the old handle of a GPU that fell off the bus.
+
+    The library resolves a handle against the device list it built at init and never
+    answers NOT_FOUND for it (hardware-behaviour.md §1.3 #2). Calls read the device's sysfs
+    files, which left with the PCI device: ``ENOENT``, which rocm_smi's ``ErrnoToRsmiStatus``
+    maps to NOT_SUPPORTED (rocm-smi-lib ``rocm_smi_utils.cc``); calls through the DRM
+    render node fail DRM_ERROR; the BDF and processor type come from the init-time list.
+    """
+    if function in OFF_BUS_CACHED:
+        return w.AMDSMI_STATUS_SUCCESS
+    if function in OFF_BUS_DRM:
+        return w.AMDSMI_STATUS_DRM_ERROR
+    return w.AMDSMI_STATUS_NOT_SUPPORTED
 
 
 class SmiStatusError(Exception):
@@ -79,11 +137,23 @@ class RawLibrary:
         self.node = node
         self._init_count = 0
         self._listeners: dict[int, _Registration] = {}
+        self._enumerated: frozenset[int] = frozenset()
+        """GPUs on the bus at init: like the C library, the device list is built once per
+        initialisation, so a GPU that leaves the bus stays listed until the next init."""
 
     # ------------------------------------------------------------------ lifecycle, discovery
     def amdsmi_init(self, init_flags: int) -> None:
         with self.node.lock:
+            if self._init_count == 0:
+                self.node.sync()
+                self._enumerated = frozenset(
+                    g.index for g in self.node.gpus if self.node.present(g.index)
+                )
             self._init_count += 1
+
+    def amdsmi_get_lib_version(self) -> tuple[int, int, int, str]:
+        """(major, minor, release, build) of the library on the node; needs no init."""
+        return self.node.library_version
 
     def amdsmi_shut_down(self) -> None:
         with self.node.lock:
@@ -97,7 +167,8 @@ class RawLibrary:
             raise SmiStatusError(w.AMDSMI_STATUS_NOT_INIT)
 
     def _present(self) -> list[SimGpu]:
-        return [g for g in self.node.gpus if self.node.present(g.index)]
+        """The GPUs enumerated at init (whether or not they are still on the bus)."""
+        return [g for g in self.node.gpus if g.index in self._enumerated]
 
     def amdsmi_get_socket_handles(self) -> list[int]:
         """One socket per physical GPU (socket handle = GPU handle + 8)."""
@@ -137,15 +208,16 @@ class RawLibrary:
         raise SmiStatusError(w.AMDSMI_STATUS_NOT_FOUND)
 
     def gpu_for_handle(self, handle: int | None) -> SimGpu:
-        """The GPU behind a processor handle (INVAL for null, NOT_FOUND when unknown/gone)."""
+        """The GPU behind a processor handle (INVAL for null, NOT_FOUND when unknown).
+
+        A GPU that fell off the bus still has a valid handle: its calls fail as real amdsmi's
+        do (``off_bus_status``), never NOT_FOUND."""
         self._require_init()
         if not handle:
             raise SmiStatusError(w.AMDSMI_STATUS_INVAL)
         with self.node.lock:
             for gpu in self.node.gpus:
                 if gpu.ident.handle == handle:
-                    if not self.node.present(gpu.index):
-                        raise SmiStatusError(w.AMDSMI_STATUS_NOT_FOUND)
                     return gpu
         raise SmiStatusError(w.AMDSMI_STATUS_NOT_FOUND)
 
@@ -161,7 +233,9 @@ class RawLibrary:
         with self.node.lock:
             now = self.node.sync()
             if not self.node.present(gpu.index):
-                raise SmiStatusError(w.AMDSMI_STATUS_NOT_FOUND)
+                status = off_bus_status(function)
+                if status:
+                    raise SmiStatusError(status)
             if now < gpu.unavailable_until:
                 raise SmiStatusError(w.AMDSMI_STATUS_BUSY)
             status = self.node.call_status(gpu.index, function, args)
@@ -187,6 +261,8 @@ class RawLibrary:
 
     def amdsmi_get_gpu_device_uuid(self, processor_handle: int) -> str:
         with self._call(processor_handle, "amdsmi_get_gpu_device_uuid") as gpu:
+            if self.node.library_version[:2] >= (26, 4):  # ROCm 7.13: HIP/rocminfo's format
+                return gpu.ident.hip_uuid
             return gpu.ident.uuid
 
     def amdsmi_get_gpu_enumeration_info(self, processor_handle: int) -> r.EnumerationInfo:
@@ -382,6 +458,7 @@ class RawLibrary:
             if mem_type == AmdSmiMemoryType.GTT:
                 return GTT_USED
             if mem_type in (AmdSmiMemoryType.VRAM, AmdSmiMemoryType.VIS_VRAM):
+                self.node.kfd_self_client(os.getpid(), CALLER_NAME)
                 return self.node.vram_used_bytes(gpu)
             raise SmiStatusError(w.AMDSMI_STATUS_INVAL)
 
@@ -591,8 +668,52 @@ class RawLibrary:
             header.creator_id, header.notify_type, header.record_id, header.flags,
             header.persistence_info, b"\0" * 12,
         )  # fmt: skip
-        body = struct.pack("<16sI", entry.block.encode(), entry.count)
-        return r.CperRecord(header, head + body.ljust(CPER_SECTION_BYTES, b"\0"))
+        # one section: a UEFI descriptor naming AMD's crashdump (fatal) or non-standard
+        # section type, then a body of the simulator's own layout. Deliberate deviation: a
+        # real body holds ACA registers that AMD's decoder turns into the AFID; the
+        # simulator writes the AFID itself (CPER_AFIDS), and its decoder reads it back.
+        kind = (
+            CPER_CRASHDUMP_GUID
+            if entry.severity == w.AMDSMI_CPER_SEV_FATAL
+            else CPER_NONSTANDARD_GUID
+        )
+        offset = CPER_HEADER.size + CPER_DESCRIPTOR.size
+        body_size = CPER_SECTION_BYTES - CPER_DESCRIPTOR.size
+        descriptor = CPER_DESCRIPTOR.pack(
+            offset, body_size, 0, 1, 0, 0, 0, kind, b"\0" * 16, entry.severity,
+            f"OAM{gpu.ident.oam_id}".encode(),
+        )  # fmt: skip
+        afid = entry.afid or CPER_AFIDS.get(
+            (entry.severity, entry.block), CPER_AFID_BY_SEVERITY.get(entry.severity, 34)
+        )
+        body = CPER_SIM_BODY.pack(CPER_SIM_MAGIC, entry.block.encode(), entry.count, afid)
+        return r.CperRecord(header, head + descriptor + body.ljust(body_size, b"\0"))
+
+    def amdsmi_get_afids_from_cper(self, data: bytes, capacity: int = CPER_MAX_AFIDS) -> list[int]:
+        """The AFIDs of one CPER record (no handle, no init: a pure decode, as in the C
+        library). A buffer that is not a CPER record is UNEXPECTED_DATA; sections of other
+        types carry no AFID; at most ``capacity`` are returned."""
+        if (
+            len(data) < CPER_HEADER.size
+            or data[:4] != b"CPER"
+            or struct.unpack_from("<I", data, 6)[0] != 0xFFFFFFFF
+        ):
+            raise SmiStatusError(w.AMDSMI_STATUS_UNEXPECTED_DATA)
+        count = struct.unpack_from("<H", data, 10)[0]
+        afids: list[int] = []
+        for i in range(count):
+            at = CPER_HEADER.size + CPER_DESCRIPTOR.size * i
+            if at + CPER_DESCRIPTOR.size > len(data):
+                raise SmiStatusError(w.AMDSMI_STATUS_UNEXPECTED_DATA)
+            offset, size, *_rest = CPER_DESCRIPTOR.unpack_from(data, at)
+            kind = _rest[5]
+            if kind not in (CPER_CRASHDUMP_GUID, CPER_NONSTANDARD_GUID):
+                continue
+            if offset + CPER_SIM_BODY.size > len(data) or size < CPER_SIM_BODY.size:
+                raise SmiStatusError(w.AMDSMI_STATUS_UNEXPECTED_DATA)
+            magic, _block, _n, afid = CPER_SIM_BODY.unpack_from(data, offset)
+            afids.append(afid if magic == CPER_SIM_MAGIC else 33)  # 33: invalid ACA data
+        return afids[:capacity]
 
     # ------------------------------------------------------------------ XGMI, topology
     def amdsmi_get_xgmi_info(self, processor_handle: int) -> r.XgmiInfo:
@@ -604,24 +725,33 @@ class RawLibrary:
 
     def amdsmi_gpu_xgmi_error_status(self, processor_handle: int) -> int:
         with self._call(processor_handle, "amdsmi_gpu_xgmi_error_status") as gpu:
+            if not self.node.xgmi_error_status_readable:
+                # sysfs xgmi_error: EINVAL on DF 4.x → RSMI_STATUS_INVALID_ARGS → INVAL
+                raise SmiStatusError(w.AMDSMI_STATUS_INVAL)
             return gpu.xgmi_error
 
     def amdsmi_reset_gpu_xgmi_error(self, processor_handle: int) -> None:
         with self._call(processor_handle, "amdsmi_reset_gpu_xgmi_error") as gpu:
             if not self.node.root:
                 raise SmiStatusError(w.AMDSMI_STATUS_NO_PERM)
+            if not self.node.xgmi_error_status_readable:
+                raise SmiStatusError(w.AMDSMI_STATUS_INVAL)  # it reads xgmi_error to clear it
             gpu.xgmi_error = w.AMDSMI_XGMI_STATUS_NO_ERRORS
 
     def amdsmi_get_gpu_xgmi_link_status(self, processor_handle: int) -> r.XgmiLinkStatus:
         func = "amdsmi_get_gpu_xgmi_link_status"
         with self._call(processor_handle, func) as gpu:
-            links = len(self.node.peers(gpu.index))
+            # per port, not per peer: total_links is the GPU count (amd_smi.cc@0170385b)
+            ports = self.node.xgmi_ports(gpu.index)
             status = [
-                w.AMDSMI_XGMI_LINK_UP
-                if self.node.link_up(gpu.index, k)
+                w.AMDSMI_XGMI_LINK_DISABLE
+                if up is None
+                else w.AMDSMI_XGMI_LINK_UP
+                if up
                 else w.AMDSMI_XGMI_LINK_DOWN
-                for k in range(links)
+                for up in ports
             ]
+            links = len(ports)
             rec = r.XgmiLinkStatus(links, status + [w.AMDSMI_XGMI_LINK_DISABLE] * (8 - links))
             self._finish(gpu, func, rec)
             return rec
@@ -829,9 +959,10 @@ class RawLibrary:
             xcp.gfx_below_host_limit_total_acc = [u64] * 8
         m.pcie_lc_perf_other_end_recovery = int(gpu.pcie["other"]) & u32
         m.vram_max_bandwidth = s.vram_max_bandwidth_gbs
-        m.xgmi_link_status = [1 if node.link_up(idx, k) else 0 for k in range(len(peers))] + [
-            u16
-        ] * (8 - len(peers))
+        ports = node.xgmi_ports(idx)
+        m.xgmi_link_status = [u16 if up is None else int(up) for up in ports] + [u16] * (
+            8 - len(ports)
+        )
         return m
 
     def amdsmi_get_violation_status(self, processor_handle: int) -> r.ViolationStatus:

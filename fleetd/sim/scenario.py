@@ -166,6 +166,8 @@ class Scenario(StrictModel):
     description: str = ""
     model: Literal["MI355X", "MI300X"] = "MI355X"
     seed: int = 0
+    library_version: str = Field(default="26.1.0", pattern=r"^\d+\.\d+\.\d+$")
+    """What the node's libamd_smi.so reports (26.1.x: ROCm 7.0; 26.4.0: ROCm 7.13)."""
     duration: Duration | None = None
     load_profile: LoadProfile | None = None
     steps: list[Step] = Field(default_factory=list)

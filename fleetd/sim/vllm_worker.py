@@ -24,11 +24,12 @@ import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from fleetd.clock import Clock
+from fleetd.sim.loopback import LoopbackHTTPServer
 
 UnitState = Literal["active", "activating", "inactive", "failed"]
 
@@ -85,6 +86,8 @@ class StandInVllm:
         self.max_running = max_running
         self.tokens_per_s = tokens_per_s
         self.fail_start = False  # a worker that never comes back after a start
+        # a worker that enforces its own drain (or a broken engine) refuses completions
+        self.refuse_completions_while: Callable[[], bool] = lambda: False
         self.in_rotation = True
         self.starts = 0
         self.stops = 0
@@ -101,8 +104,7 @@ class StandInVllm:
         self._running: list[_Request] = []
         self._waiting: deque[_Request] = deque()
         self._done_tokens = 0.0
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self._server.daemon_threads = True
+        self._server = LoopbackHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._thread = threading.Thread(
             target=self._server.serve_forever, args=(0.05,), name=f"standin-{name}", daemon=True
         )
@@ -303,6 +305,9 @@ def _handler_for(worker: StandInVllm) -> type[BaseHTTPRequestHandler]:
             if request.get("model") != worker.model:
                 self._send(404, b'{"error": "model not found"}')
                 return
+            if worker.refuse_completions_while():
+                self._send(503, b'{"error": "draining: not accepting requests"}')
+                return
             reply = {
                 "id": "cmpl-standin",
                 "object": "text_completion",
@@ -330,8 +335,7 @@ class StandInFleet:
         self.rotation_log: list[tuple[str, str]] = []
         self._clock = clock
         self._processes = processes
-        self._control = ThreadingHTTPServer(("127.0.0.1", 0), _control_handler(self))
-        self._control.daemon_threads = True
+        self._control = LoopbackHTTPServer(("127.0.0.1", 0), _control_handler(self))
         threading.Thread(
             target=self._control.serve_forever, args=(0.05,), name="standin-control", daemon=True
         ).start()

@@ -15,12 +15,24 @@ SQLite specifics, all for crash safety and a bounded file:
 * ``auto_vacuum=INCREMENTAL`` on a new file, so space freed by retention can be handed back
   to the file system a few pages at a time; ``journal_size_limit`` keeps the WAL small
   (16 MiB after a checkpoint).
+* ``mmap_size=0``: pages are read with ``read(2)``, never through a memory map, so a file
+  that turns immutable or is truncated under fleetd fails a call instead of killing the
+  process with SIGBUS. The WAL index (``-shm``) is always mapped, so before every connection
+  and statement ``FileGuard`` checks that the directory and the files are still writable
+  (``chattr +i``, a read-only remount) and raises ``StoreError`` instead of letting SQLite
+  touch a mapping the kernel would fault.
+* ``Database.begin(timeout=…)`` bounds one transaction's wait for the write lock (the poll's
+  writes use a short one: another process holding the lock makes storage degraded at once
+  instead of stretching every poll by ``busy_timeout``).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import sqlite3
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -37,6 +49,10 @@ Synchronous = Literal["off", "normal", "full"]
 
 _IMMEDIATE = "fleetd_sqlite_immediate"
 _WAL_LIMIT_BYTES = 16 * 1024 * 1024
+
+
+class SchemaTooNewError(StoreError):
+    """The database was written by a newer fleetd: never replaced, never written."""
 
 
 def engine_url(url: str) -> str:
@@ -68,18 +84,81 @@ def sqlite_url(path: str | Path) -> str:
     return f"sqlite:///{Path(path)}"
 
 
-def _install_sqlite_hooks(engine: Engine, busy_timeout: float, synchronous: Synchronous) -> None:
+class FileGuard:
+    """Whether a SQLite file, its WAL and WAL index and their directory can still be
+    written, looked at before SQLite touches them: up to four ``access(2)`` calls, a few
+    microseconds, by default before every statement (a check cached for even a fraction of
+    a second lets a statement reach files made immutable in between). ``access(W_OK)``
+    refuses an immutable file even to root, and a read-only file system to everyone, which
+    is exactly what would fault the mapped WAL index. Raises ``StoreError`` naming the file."""
+
+    def __init__(self, path: Path, ttl: float = 0.0) -> None:
+        self.path = path
+        self.ttl = ttl
+        self._checked_at = float("-inf")
+        self._problem: str | None = None
+        self._lock = threading.Lock()
+
+    def problem(self) -> str | None:
+        """Why the files cannot be written, or None."""
+        with self._lock:
+            at = time.monotonic()
+            if at - self._checked_at >= self.ttl:
+                self._problem = file_problem(self.path)
+                self._checked_at = at
+            return self._problem
+
+    def check(self) -> None:
+        problem = self.problem()
+        if problem is not None:
+            raise StoreError(problem)
+
+    def forget(self) -> None:
+        """Look again at the next check (after the files were moved or fixed)."""
+        with self._lock:
+            self._checked_at = float("-inf")
+
+
+def file_problem(path: Path) -> str | None:
+    """Why ``path`` (a SQLite file), its ``-wal``/``-shm`` or its directory is not writable."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if folder.exists() and not os.access(folder, os.W_OK | os.X_OK):
+        return f"state directory {folder} is read-only or immutable"
+    for suffix in ("", "-wal", "-shm"):
+        name = Path(f"{path}{suffix}")
+        if name.exists() and not os.access(name, os.R_OK | os.W_OK):
+            return f"database file {name} is read-only or immutable"
+    return None
+
+
+def _install_sqlite_hooks(
+    engine: Engine, busy_timeout: float, synchronous: Synchronous, guard: FileGuard | None
+) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        if guard is not None:
+            guard.check()  # before SQLite maps the WAL index
         dbapi_connection.isolation_level = None  # fleetd emits BEGIN itself (see _on_begin)
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout={max(0, round(busy_timeout * 1000))}")
-        cursor.execute("PRAGMA auto_vacuum=INCREMENTAL")  # takes effect on a new file only
+        cursor.execute("PRAGMA mmap_size=0")  # read(2), never a map a fault could hit
+        # takes effect on a new file only, and setting it on an existing one writes its
+        # header: that would need the write lock, so a reader could not even connect while
+        # another process holds it
+        if cursor.execute("PRAGMA page_count").fetchone()[0] == 0:
+            cursor.execute("PRAGMA auto_vacuum=INCREMENTAL")
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute(f"PRAGMA synchronous={synchronous.upper()}")
         cursor.execute(f"PRAGMA journal_size_limit={_WAL_LIMIT_BYTES}")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
+
+    if guard is not None:
+        # Not on pool checkout: a failed checkout closes the connection, and closing the
+        # last one checkpoints through the WAL index, which is the fault being avoided.
+        @event.listens_for(engine, "before_cursor_execute")
+        def _on_execute(*_args: Any) -> None:
+            guard.check()
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
@@ -90,8 +169,12 @@ def _install_sqlite_hooks(engine: Engine, busy_timeout: float, synchronous: Sync
 class Database:
     """An engine plus the schema checks; build one in daemon wiring and pass it in."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(
+        self, engine: Engine, *, busy_timeout: float = 5.0, guard: FileGuard | None = None
+    ) -> None:
         self.engine = engine
+        self.busy_timeout = busy_timeout
+        self.guard = guard
 
     @property
     def is_sqlite(self) -> bool:
@@ -125,6 +208,7 @@ class Database:
         synchronous: Synchronous = "full",
     ) -> Database:
         """Connect to ``url`` and bring its schema to the current version."""
+        guard: FileGuard | None = None
         if url.startswith("sqlite"):
             in_memory = ":memory:" in url or url.rstrip("/") in ("sqlite:", "sqlite+pysqlite:")
             if in_memory:
@@ -135,11 +219,13 @@ class Database:
                 path = Path(url.split(":///", 1)[1]) if ":///" in url else None
                 if path is not None and path.parent != Path():
                     path.parent.mkdir(parents=True, exist_ok=True)
+                if path is not None:
+                    guard = FileGuard(path)
                 engine = create_engine(url, pool_size=4, max_overflow=4)
-            _install_sqlite_hooks(engine, busy_timeout, synchronous)
+            _install_sqlite_hooks(engine, busy_timeout, synchronous, guard)
         else:
             engine = create_engine(engine_url(url), pool_pre_ping=True, pool_size=4, max_overflow=4)
-        db = cls(engine)
+        db = cls(engine, busy_timeout=busy_timeout, guard=guard)
         if upgrade:
             try:
                 db.upgrade()
@@ -149,16 +235,64 @@ class Database:
         return db
 
     @contextmanager
-    def begin(self) -> Iterator[Connection]:
+    def begin(self, *, timeout: float | None = None) -> Iterator[Connection]:
         """A write transaction that commits on success and rolls back on error.
 
-        On SQLite it holds the write lock from the start (``BEGIN IMMEDIATE``).
+        On SQLite it holds the write lock from the start (``BEGIN IMMEDIATE``), waiting at
+        most ``timeout`` seconds for it (default: the database's ``busy_timeout``).
         """
         with self.engine.connect() as conn:
+            raw: Any = None
             if self.is_sqlite:
                 conn = conn.execution_options(**{_IMMEDIATE: True})
-            with conn.begin():
-                yield conn
+                if timeout is not None and timeout != self.busy_timeout:
+                    raw = conn.connection.driver_connection
+                    raw.execute(f"PRAGMA busy_timeout={max(0, round(timeout * 1000))}")
+            try:
+                with conn.begin():
+                    yield conn
+            finally:
+                if raw is not None:
+                    with suppress(Exception):
+                        raw.execute(f"PRAGMA busy_timeout={round(self.busy_timeout * 1000)}")
+
+    def writable(self, timeout: float = 0.05) -> bool:
+        """Whether a write transaction can start now (SQLite: the files are writable and
+        no other process holds the write lock); waits at most ``timeout``."""
+        try:
+            with self.begin(timeout=timeout) as conn:
+                conn.exec_driver_sql("SELECT 1")
+        except Exception:
+            return False
+        return True
+
+    def quick_check(self) -> str | None:
+        """``PRAGMA quick_check`` on SQLite (every page read, in the main file and the WAL):
+        None when it reports ``ok``, else the first problems. A file is checked on a
+        connection of its own, whose page cache is empty, so what is on disk is what is
+        checked. Raises what SQLite raises (``database disk image is malformed`` is itself
+        the answer for a corrupt file)."""
+        if not self.is_sqlite:
+            return None
+        path = self.path
+        if path is None:
+            with self.engine.connect() as conn:
+                rows = [str(r[0]) for r in conn.exec_driver_sql("PRAGMA quick_check(10)")]
+                conn.rollback()
+        else:
+            if self.guard is not None:
+                self.guard.check()
+            conn_ = sqlite3.connect(
+                f"file:{path}?mode=rw", uri=True, timeout=self.busy_timeout, isolation_level=None
+            )
+            try:
+                conn_.execute("PRAGMA mmap_size=0")
+                rows = [str(r[0]) for r in conn_.execute("PRAGMA quick_check(10)")]
+            finally:
+                conn_.close()
+        if rows == ["ok"]:
+            return None
+        return "; ".join(rows)[:500] or "quick_check returned nothing"
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
@@ -181,7 +315,7 @@ class Database:
         metadata = schema.load_table_modules()
         found = self.schema_version()
         if found is not None and found > schema.SCHEMA_VERSION:
-            raise StoreError(
+            raise SchemaTooNewError(
                 f"database schema version {found} is newer than this fleetd understands "
                 f"({schema.SCHEMA_VERSION}); upgrade fleetd or point it at another database"
             )
@@ -252,4 +386,9 @@ class Database:
         return free
 
     def dispose(self) -> None:
+        """Close the pooled connections, unless the files are immutable or read-only: the
+        last close checkpoints through the mapped WAL index and would fault (SIGBUS); those
+        connections are then left open until the process ends."""
+        if self.guard is not None and self.guard.problem() is not None:
+            return
         self.engine.dispose()

@@ -24,11 +24,10 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import compress, islice
-from typing import Literal
 
 from fleetd.model import Sample
+from fleetd.query import RangeAgg
 
-RangeAgg = Literal["last", "first", "avg", "min", "max", "count"]
 """How a step bucket of a range query is reduced to one sample."""
 
 AGG_FIELDS: dict[str, tuple[str, ...]] = {

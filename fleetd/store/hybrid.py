@@ -18,9 +18,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from fleetd.errors import StoreError
 from fleetd.logs import get_logger
 from fleetd.model import Sample, SeriesKey
-from fleetd.query import Matcher, Query, WindowFn
+from fleetd.query import Matcher, Query, RangeAgg, WindowFn
 from fleetd.store import functions
-from fleetd.store.functions import RangeAgg, Summary
+from fleetd.store.functions import Summary
 from fleetd.store.memory import MemoryWindow
 
 log = get_logger("store")

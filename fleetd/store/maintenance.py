@@ -86,11 +86,16 @@ class Maintenance:
         self._over_budget = False
         self.budget_dropped_bytes_total = 0
         self.disk_bytes: int | None = None
+        self._last_now: float | None = None
 
     # --------------------------------------------------------------------------- driver
     def step(self, now: float) -> MaintenanceReport:
         """One bounded step of every job."""
         report = MaintenanceReport()
+        if self._last_now is not None and now < self._last_now:
+            # time went back (a clock re-anchored): what was idle until then may be due now
+            self._idle_until = dict.fromkeys(self._idle_until, 0)
+        self._last_now = now
         try:
             report.compacted_rows = self.compact(now)
             for tier in (60, 3600):
@@ -244,6 +249,8 @@ class Maintenance:
         rnd = self._rollup[tier]
         if rnd is None:
             idle_key = f"rollup{tier}"
+            if marks.rolled_until(tier) > ready // span * span:
+                self._rewind(tier, ready // span * span)
             if ready < self._idle_until[idle_key]:
                 return 0
             until = marks.rolled_until(tier)
@@ -312,6 +319,30 @@ class Maintenance:
         else:
             self._rollup[tier] = None
         return max(1, len(ids))
+
+    def _rewind(self, tier: int, closed: int) -> None:
+        """A watermark ahead of what is ready was set by a clock that was ahead (a database
+        from before a restart with a stepped clock, a re-anchored clock): samples written
+        since, stamped before it, would never be rolled up. Move it back to the last closed
+        span (never into spans whose source data is already deleted), so those spans are
+        rolled again, from every sample, when they close; queries read raw samples after it.
+        """
+        span = ROLLUP_CHUNK_SPAN_MS[tier]
+        source = self.store.marks.deleted_until(0 if tier == 60 else 60)
+        target = max(closed, -(-source // span) * span)
+        until = self.store.marks.rolled_until(tier)
+        if target >= until:
+            return
+        with self.db.begin() as conn:
+            self.store.marks.set(conn, ROLLUP_UNTIL[tier], target)
+        self._idle_until[f"rollup{tier}"] = 0
+        log.warning(
+            "store_rollups_rewound",
+            tier=tier,
+            rolled_until=until / 1000.0,
+            rewound_to=target / 1000.0,
+            detail="rolled up ahead of the clock; those spans are rolled again as they close",
+        )
 
     # ------------------------------------------------------------------------ retention
     def retention(self, now: float) -> int:

@@ -17,9 +17,9 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 
 from fleetd.model import Labels, Reading, Sample, SeriesKey
-from fleetd.query import Matcher, WindowFn, matches_all
+from fleetd.query import Matcher, RangeAgg, WindowFn, matches_all
 from fleetd.store import functions
-from fleetd.store.functions import RangeAgg, Summary
+from fleetd.store.functions import Summary
 
 _SELECT_CACHE_LIMIT = 4096
 

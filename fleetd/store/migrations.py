@@ -12,6 +12,9 @@ History:
 2. Compact storage: raw samples move to ``fleetd_samples_head`` (one row per poll, integer
    milliseconds) and compressed ``fleetd_sample_chunks``; rollup chunks and store
    watermarks appear; events gain ``actor``.
+3. ``alert_outbox`` gains ``priority`` (pages before change events); its queue index
+   becomes (status, integration, priority, id). Pending change events and chat edits already
+   queued get the informational priority.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from sqlalchemy import (
     String,
     Table,
     UniqueConstraint,
+    inspect,
     text,
 )
 
@@ -125,7 +129,22 @@ def _poll_row(ms: int, poll: dict[int, float]) -> dict[str, object]:
 _MIGRATION_BATCH = 10_000
 
 
-STEPS: dict[int, Callable[[Connection], None]] = {2: _to_v2}
+def _to_v3(conn: Connection) -> None:
+    """The outbox's priority column. A database from before the alert tables existed has no
+    outbox yet: ``create_all`` makes it, already current, after the steps."""
+    if not inspect(conn).has_table("alert_outbox"):
+        return
+    conn.execute(text("ALTER TABLE alert_outbox ADD COLUMN priority SMALLINT DEFAULT 0 NOT NULL"))
+    conn.execute(text("UPDATE alert_outbox SET priority = 1 WHERE action IN ('change', 'update')"))
+    conn.execute(text("DROP INDEX IF EXISTS ix_alert_outbox_queue"))
+    conn.execute(
+        text(
+            "CREATE INDEX ix_alert_outbox_queue ON alert_outbox (status, integration, priority, id)"
+        )
+    )
+
+
+STEPS: dict[int, Callable[[Connection], None]] = {2: _to_v2, 3: _to_v3}
 
 
 def apply(version: int, conn: Connection) -> None:

@@ -6,7 +6,18 @@ locked by another writer, I/O error) is counted, the poll is kept in a bounded i
 backlog, storage is reported degraded with the reason, and the write is retried after a
 back-off (doubling up to a maximum) — the backlog is flushed a few polls at a time once the
 database answers again. A corrupt SQLite file is moved aside (renamed with a UTC timestamp
-suffix, together with its WAL; never deleted) and a fresh database is started at once.
+suffix, together with its WAL; never deleted) and a fresh database is started at once, at
+start and while running: ``maintenance`` runs ``PRAGMA quick_check`` every
+``integrity_check_interval`` (off the poll's path), so garbage in the WAL or the main file is
+found even when nothing happens to read the damaged page.
+
+The poll never waits on storage: ``append`` and ``append_event`` wait at most
+``POLL_LOCK_WAIT`` for the store's lock (held by maintenance, say, stuck behind another
+process's write lock) and otherwise keep the poll in memory; a retry first checks with a
+50 ms wait that the write lock can be had at all. A state directory that cannot hold the
+database at start (read-only, immutable, no such directory) does not stop the daemon:
+``start`` falls back to a database in memory, storage reports degraded for the whole run
+(``store_memory_only``), and polling, rules and alerts work as usual.
 
 Reads go through the same object (it implements ``StoredQuery``) and raise ``StoreError``
 when the database cannot answer; ``HybridQuery`` then answers from memory.
@@ -15,7 +26,9 @@ when the database cannot answer; ``HybridQuery`` then answers from memory.
 from __future__ import annotations
 
 import errno
+import shutil
 import sqlite3
+import tempfile
 import threading
 import time
 from collections import Counter, deque
@@ -30,11 +43,11 @@ from fleetd.configbase import Secret
 from fleetd.errors import StoreError
 from fleetd.logs import get_logger
 from fleetd.model import Reading, Sample, SeriesKey
-from fleetd.query import Matcher, WindowFn
+from fleetd.query import Matcher, RangeAgg, WindowFn
 from fleetd.store.config import StoreConfig
-from fleetd.store.db import Database
+from fleetd.store.db import Database, SchemaTooNewError
 from fleetd.store.events import Event, EventKind, EventLog
-from fleetd.store.functions import RangeAgg, Summary
+from fleetd.store.functions import Summary
 from fleetd.store.maintenance import Maintenance, MaintenanceReport
 from fleetd.store.samples import SampleStore
 
@@ -43,6 +56,9 @@ log = get_logger("store")
 OPS = ("open", "write", "read", "maintenance", "event", "corrupt")
 FLUSH_PER_WRITE = 30  # backlog polls written alongside each new poll after a recovery
 EVENT_BACKLOG = 1000
+POLL_LOCK_WAIT = 0.05  # the longest a poll waits for the store's lock before keeping its data
+PROBE_WAIT = 0.05  # a retry's look at the write lock before the real write waits busy_timeout
+SCRATCH_DIRS = ("/dev/shm", None)  # where a run without storage keeps its database (None: TMPDIR)
 
 _CORRUPT_CODES = {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB}
 _SQLITE_REASONS = {
@@ -55,6 +71,10 @@ _SQLITE_REASONS = {
     sqlite3.SQLITE_CORRUPT: "database file is corrupt",
     sqlite3.SQLITE_NOTADB: "file is not a database",
 }
+
+
+class CorruptDatabaseError(StoreError):
+    """An integrity check found the database damaged."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +91,8 @@ def classify(exc: BaseException) -> Failure:
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
+        if isinstance(current, CorruptDatabaseError):
+            return Failure(f"database file is corrupt ({current})", corrupt=True)
         if isinstance(current, sqlite3.Error):
             code = getattr(current, "sqlite_errorcode", None)
             if code is not None:
@@ -84,8 +106,12 @@ def classify(exc: BaseException) -> Failure:
                 return Failure("database locked by another writer")
             if "disk is full" in text:
                 return Failure("disk full")
+            if "readonly" in text or "read-only" in text:
+                return Failure("database is read-only")
         if isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EFBIG):
             return Failure("disk full")
+        if isinstance(current, OSError) and current.errno in (errno.EROFS, errno.EACCES):
+            return Failure("database is read-only")
         current = getattr(current, "orig", None) or current.__cause__ or current.__context__
     if isinstance(exc, StoreError):
         return Failure(str(exc))
@@ -166,6 +192,8 @@ class ResilientStore:
 
     def __init__(self, url: Secret | str, config: StoreConfig, *, node: str) -> None:
         self._url = url if isinstance(url, Secret) else Secret(url)
+        self._too_new = False
+        self._scratch: Path | None = None  # the temporary directory of a run without storage
         self.config = config
         self.node = node
         self.db: Database | None = None
@@ -183,6 +211,9 @@ class ResilientStore:
         self._backoff = config.retry_interval
         self._disk_bytes: int | None = None
         self._corrupt: BaseException | None = None
+        self._memory_only: str | None = None  # why the database lives in memory this run
+        self._waiting: deque[tuple[Reading, ...]] = deque(maxlen=max(1, config.backlog_polls))
+        self._last_check: float | None = None  # the last integrity check (None: not yet)
         # the poll thread writes, the scheduler runs maintenance, API threads read and log
         self._lock = threading.RLock()
 
@@ -207,13 +238,69 @@ class ResilientStore:
             self._recovered(now)
             return True
 
-    def _connect(self) -> None:
+    def start(self, now: float) -> bool:
+        """``open`` at daemon start; when a SQLite file cannot be opened (read-only or
+        immutable state directory, I/O error) run on a database in memory instead of
+        leaving the node unmonitored. False only when even that is impossible or the
+        database must not be replaced (a schema newer than this fleetd; PostgreSQL)."""
+        if self.open(now):
+            return True
+        with self._lock:
+            reason = self._degraded[0] if self._degraded else "cannot open the database"
+            if _sqlite_path(self._url.reveal()) is None or self._too_new:
+                return False
+            try:
+                self._connect(self._scratch_url())
+            except _DB_ERRORS as exc:
+                self._fail("open", exc, now)
+                return False
+            self._memory_only = reason
+            self._degraded = (f"running without storage: {reason}", now)
+            log.error(
+                "store_memory_only",
+                reason=reason,
+                detail="the state database cannot be written; fleetd runs with a database in "
+                "memory (alerts flow, nothing survives a restart); fix the state directory "
+                "and restart fleetd",
+            )
+            return True
+
+    def _scratch_url(self) -> str:
+        """A SQLite file in memory (tmpfs under /dev/shm, else the temporary directory),
+        removed at close: an in-memory SQLite database is one connection, which the
+        daemon's threads cannot share."""
+        for where in SCRATCH_DIRS:
+            try:
+                folder = tempfile.mkdtemp(prefix="fleetd-nostorage-", dir=where)
+            except OSError:
+                continue
+            self._scratch = Path(folder)
+            return f"sqlite:///{self._scratch / 'fleetd.db'}"
+        raise StoreError("no writable temporary directory for a database in memory")
+
+    @property
+    def memory_only(self) -> str | None:
+        """Why this run keeps its database in memory, or None."""
+        return self._memory_only
+
+    def _connect(self, url: str | None = None) -> None:
         self.close()
-        db = Database.open(
-            self._url.reveal(),
+        self._too_new = False
+        try:
+            db = self._open_database(url or self._url.reveal())
+        except SchemaTooNewError:
+            self._too_new = True
+            raise
+        self._install(db)
+
+    def _open_database(self, url: str) -> Database:
+        return Database.open(
+            url,
             busy_timeout=self.config.busy_timeout,
             synchronous=self.config.synchronous,
         )
+
+    def _install(self, db: Database) -> None:
         try:
             samples = SampleStore(db)
             events = EventLog(db)
@@ -231,6 +318,9 @@ class ResilientStore:
             if self.db is not None:
                 self.db.dispose()
             self.db = self.samples = self.events = None
+            if self._scratch is not None and self._memory_only is not None:
+                shutil.rmtree(self._scratch, ignore_errors=True)
+                self._scratch = None
 
     def _move_aside(self, now: float, exc: BaseException) -> bool:
         """Rename a corrupt SQLite file out of the way; False if it is not a file we own."""
@@ -239,7 +329,11 @@ class ResilientStore:
         if path is None or not path.exists():
             return False
         self._errors["corrupt"] += 1
-        moved = move_aside(path, now)
+        try:
+            moved = move_aside(path, now)
+        except OSError as err:
+            log.error("store_corrupt_not_moved", path=str(path), error=str(err))
+            return False
         log.error(
             "store_corrupt_moved_aside",
             path=str(path),
@@ -262,8 +356,13 @@ class ResilientStore:
     def append(self, readings: Iterable[Reading], *, now: float) -> bool:
         """Store one poll; True when it reached the database, False when it was kept in the
         backlog (storage degraded). Never raises for storage errors."""
-        with self._lock:
-            batch = tuple(r for r in readings if r.value is not None)
+        batch = tuple(r for r in readings if r.value is not None)
+        if not self._lock.acquire(timeout=POLL_LOCK_WAIT):
+            self._waiting.append(batch)  # maintenance holds the store: never wait for it
+            return False
+        try:
+            while self._waiting:
+                self._keep(self._waiting.popleft())
             if not self._ready(now):
                 self._keep(batch)
                 return False
@@ -281,6 +380,8 @@ class ResilientStore:
             self._recovered(now)
             self._flush_events(now)
             return True
+        finally:
+            self._lock.release()
 
     def _ready(self, now: float) -> bool:
         """Connected and not backing off; reconnects when a retry is due."""
@@ -288,11 +389,30 @@ class ResilientStore:
             exc, self._corrupt = self._corrupt, None
             if self._move_aside(now, exc):
                 return self.open(now)
+        if self._memory_only is not None:
+            return self.samples is not None
         if self._degraded is not None and now < self._retry_at:
             return False
         if self.samples is None:
             return self.open(now)
+        if self._degraded is not None and self.db is not None:
+            problem = self._write_problem(self.db)
+            if problem is not None:  # still locked or read-only: cheap to find out
+                self._fail("write", problem, now)
+                return False
         return True
+
+    @staticmethod
+    def _write_problem(db: Database) -> BaseException | None:
+        """Why a write transaction cannot start within PROBE_WAIT, or None."""
+        if not db.is_sqlite:
+            return None
+        try:
+            with db.begin(timeout=PROBE_WAIT) as conn:
+                conn.exec_driver_sql("SELECT 1")
+        except _DB_ERRORS as exc:
+            return exc
+        return None
 
     def _keep(self, batch: tuple[Reading, ...]) -> None:
         limit = self.config.backlog_polls
@@ -316,8 +436,10 @@ class ResilientStore:
         else:
             self._backoff = min(self._backoff * 2, self.config.retry_interval_max)
         self._retry_at = now + self._backoff
-        if self.db is not None:
-            self.db.dispose()  # drop connections a failed statement may have left unusable
+        if self.db is not None and failure.reason != _SQLITE_REASONS[sqlite3.SQLITE_BUSY]:
+            # drop connections a failed statement may have left unusable (not for a lock:
+            # the pooled connections are what keeps reads working meanwhile)
+            self.db.dispose()
         log.warning(
             "store_degraded" if first else "store_retry_failed",
             op=op,
@@ -327,6 +449,8 @@ class ResilientStore:
         )
 
     def _recovered(self, now: float) -> None:
+        if self._memory_only is not None:
+            return  # degraded for the whole run
         if self._degraded is not None:
             reason, since = self._degraded
             log.info(
@@ -352,10 +476,11 @@ class ResilientStore:
         node: str | None = None,
     ) -> int | None:
         """Record an event; None when storage is down (it is kept and written later)."""
-        with self._lock:
-            entry = _PendingEvent(
-                kind, now, node or self.node, gpu, message, dict(data or {}), actor
-            )
+        entry = _PendingEvent(kind, now, node or self.node, gpu, message, dict(data or {}), actor)
+        if not self._lock.acquire(timeout=POLL_LOCK_WAIT):
+            self._event_backlog.append(entry)  # written with the next one
+            return None
+        try:
             if self._ready(now) and self.events is not None:
                 self._flush_events(now)
                 try:
@@ -364,6 +489,8 @@ class ResilientStore:
                     self._fail("event", exc, now)
             self._event_backlog.append(entry)
             return None
+        finally:
+            self._lock.release()
 
     def _flush_events(self, now: float) -> None:
         events = self.events
@@ -396,13 +523,45 @@ class ResilientStore:
                 self._fail("maintenance", exc, now)
                 return None
             self._disk_bytes = self.maintenance_jobs.disk_bytes
+            self._check_integrity(now)
             return report
+
+    def _check_integrity(self, now: float) -> None:
+        """``PRAGMA quick_check`` every ``integrity_check_interval``; a damaged file is
+        moved aside and a fresh one started, as at start. The check itself runs outside the
+        store's lock (it reads every page; the poll's writes must not wait for it)."""
+        interval = self.config.integrity_check_interval
+        if interval <= 0 or self._memory_only is not None:
+            return
+        if self._last_check is not None and now - self._last_check < interval:
+            return
+        self._last_check = now
+        db = self.db
+        if db is None or not db.is_sqlite:
+            return
+        self._lock.release()
+        try:
+            problem: BaseException | None = None
+            try:
+                found = db.quick_check()
+                if found is not None:
+                    problem = CorruptDatabaseError(f"quick_check: {found}")
+            except _DB_ERRORS as exc:
+                if classify(exc).corrupt:
+                    problem = exc
+        finally:
+            self._lock.acquire()
+        if problem is None or db is not self.db:
+            return
+        log.error("store_integrity_check_failed", error=str(problem).splitlines()[0][:300])
+        self._fail("maintenance", problem, now)
 
     # ---------------------------------------------------------------------- reporting
     def health(self) -> StoreHealth:
-        if self._degraded is None:
+        degraded = self._degraded
+        if degraded is None:
             return StoreHealth(False, backlog_polls=len(self._backlog))
-        reason, since = self._degraded
+        reason, since = degraded
         return StoreHealth(True, reason, since, len(self._backlog))
 
     def stats(self) -> StoreStats:

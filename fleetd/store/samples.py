@@ -15,11 +15,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from fleetd.model import Reading, Sample, SeriesKey
-from fleetd.query import Matcher, WindowFn
+from fleetd.query import Matcher, RangeAgg, WindowFn
 from fleetd.store import functions, headrows, reader
 from fleetd.store.db import Database
-from fleetd.store.functions import Buckets, RangeAgg, Summary, to_ms
-from fleetd.store.series import SeriesRegistry
+from fleetd.store.functions import Buckets, Summary, to_ms
+from fleetd.store.series import SeriesRegistry, relabel_series
 from fleetd.store.tables import head_table
 from fleetd.store.watermarks import Watermarks
 
@@ -36,7 +36,7 @@ def _floor_to(ms: int, step: int) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class Plan:
+class TierPlan:
     """Which tier answers which part of ``(lo, hi]`` (ms; ``None`` = part not used).
 
     Rollup parts are bucket-end ranges ``[first_end, last_end]``; the raw part is a
@@ -58,6 +58,13 @@ class SampleStore:
         self.marks = Watermarks(db)
 
     # ---------------------------------------------------------------------------- writes
+    def relabel(self, label: str, old: str, new: str) -> tuple[int, int]:
+        """``relabel_series`` in its own transaction; the series cache is read again."""
+        with self.db.begin() as conn:
+            result = relabel_series(conn, label, old, new)
+        self.registry.reload()
+        return result
+
     def append(self, readings: Iterable[Reading]) -> int:
         """Write one poll's readings in one transaction; missing ones are skipped.
 
@@ -197,7 +204,7 @@ class SampleStore:
             return {}
         lo_ms, hi_ms = to_ms(start), to_ms(end)
         if lo_ms >= self.marks.deleted_until(0):
-            plan = Plan(None, None, (lo_ms, hi_ms))
+            plan = TierPlan(None, None, (lo_ms, hi_ms))
         else:
             plan = self.plan(lo_ms, hi_ms, use_hours=True)
         parts = self._read_plan(list(chosen), plan, start, end)
@@ -261,8 +268,8 @@ class SampleStore:
     # ------------------------------------------------------------------------ planning
     def plan(
         self, lo_ms: int, hi_ms: int, *, use_hours: bool, prefer_rollups: bool = False
-    ) -> Plan:
-        """Split ``(lo_ms, hi_ms]`` between the tiers (see ``Plan``).
+    ) -> TierPlan:
+        """Split ``(lo_ms, hi_ms]`` between the tiers (see ``TierPlan``).
 
         With ``prefer_rollups`` (range queries by step) the coarsest allowed tier answers as
         far as it reaches, then finer ones, then raw samples after the 1-minute watermark.
@@ -272,7 +279,7 @@ class SampleStore:
         """
         raw_after = self.marks.deleted_until(0)
         if lo_ms >= raw_after and not prefer_rollups:
-            return Plan(None, None, (lo_ms, hi_ms))
+            return TierPlan(None, None, (lo_ms, hi_ms))
         m_after, m_until = self.marks.deleted_until(60), self.marks.rolled_until(60)
         h_after, h_until = self.marks.deleted_until(3600), self.marks.rolled_until(3600)
         cursor = lo_ms  # everything up to here is answered (or no longer exists)
@@ -292,12 +299,12 @@ class SampleStore:
             minute = (first, last)
             cursor = last
         raw_lo = max(cursor, raw_after)
-        return Plan(hour, minute, (raw_lo, hi_ms) if raw_lo < hi_ms else None)
+        return TierPlan(hour, minute, (raw_lo, hi_ms) if raw_lo < hi_ms else None)
 
     def _read_plan(
         self,
         ids: list[int],
-        plan: Plan,
+        plan: TierPlan,
         start: float,
         end: float,
     ) -> dict[int, list[Summary | None]]:
@@ -319,7 +326,7 @@ class SampleStore:
         return parts
 
     def _read_buckets(
-        self, ids: list[int], plan: Plan, end: float, fields: Sequence[str]
+        self, ids: list[int], plan: TierPlan, end: float, fields: Sequence[str]
     ) -> dict[int, Buckets]:
         """Minute-or-coarser buckets per series as ``plan`` says, up to ``end``; rollups
         decode only ``fields``, raw samples are bucketed by minute."""

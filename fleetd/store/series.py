@@ -13,7 +13,7 @@ import json
 import threading
 from collections.abc import Sequence
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, select, update
 
 from fleetd.model import Labels, SeriesKey
 from fleetd.query import Matcher, matches_all
@@ -41,6 +41,12 @@ class SeriesRegistry:
         self._max_id = 0
         self._pending: dict[tuple[str, Labels], int] = {}
         self._lock = threading.Lock()
+
+    def reload(self) -> None:
+        """Forget the cache and read the whole table again (after series were relabelled)."""
+        with self._lock:
+            self._ids, self._keys, self._max_id = {}, {}, 0
+        self.refresh()
 
     def refresh(self) -> None:
         """Load series created since the last look (by this or another process)."""
@@ -118,3 +124,31 @@ class SeriesRegistry:
 
     def discard_pending(self) -> None:
         self._pending.clear()
+
+
+def relabel_series(conn: Connection, label: str, old: str, new: str) -> tuple[int, int]:
+    """Rename one label value in every stored series that carries it, in ``conn``'s
+    transaction: (renamed, clashed). A GPU's UUID that changed format (amdsmi 7.13) keeps
+    its history this way. A series whose renamed labels already exist (written since the
+    change) keeps both; it is counted as clashed and left as it is."""
+    t = series_table
+    needle = json.dumps([label, old], separators=(",", ":"))
+    rows = conn.execute(
+        select(t.c.id, t.c.metric, t.c.labels).where(t.c.labels.contains(needle))
+    ).all()
+    renamed = clashed = 0
+    for sid, metric, text in rows:
+        labels = decode_labels(text)
+        if (label, old) not in labels:
+            continue
+        moved = tuple(sorted((k, new if (k, v) == (label, old) else v) for k, v in labels))
+        encoded = encode_labels(moved)
+        taken = conn.execute(
+            select(t.c.id).where(t.c.metric == metric, t.c.labels == encoded)
+        ).first()
+        if taken is not None:
+            clashed += 1
+            continue
+        conn.execute(update(t).where(t.c.id == sid).values(labels=encoded))
+        renamed += 1
+    return renamed, clashed

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from fleetd.alert.config import AlertingConfig
 from fleetd.alert.matchers import format_matcher, matcher_from_dict, parse_matcher
 from fleetd.config import load_config
 from fleetd.errors import ConfigError
@@ -91,9 +92,9 @@ def test_good_config_with_secrets_from_env_and_file(
         (
             "alerting:\n  receivers:\n    - name: a\n      console: [{}]\n  route:\n"
             "    receiver: a\n    routes:\n      - receiver: b\n",
-            1,
-            "alerting",
-            "route.routes[0].receiver: unknown receiver 'b'",
+            8,
+            "alerting.route.routes[0].receiver",
+            "unknown receiver 'b'; receivers: a",
         ),
         (
             "alerting:\n  route:\n    receiver: console\n    group_interval: 0s\n",
@@ -121,6 +122,116 @@ def test_errors_name_file_line_and_key(
         p.file == str(path) and p.line == line and p.key == key and message in p.message
         for p in problems
     ), [str(p) for p in problems]
+
+
+ROUTES_AND_OTHER_ERRORS = """\
+node:
+  name: node7
+  colour: blue
+alerting:
+  receivers:
+    - name: oncall
+      pagerduty:
+        - routing_key: kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk
+          timeout: 1h
+    - name: chat
+      console: [{}]
+    - name: chat
+      console: [{}]
+  route:
+    receiver: chat
+    group_interval: 0s
+    routes:
+      - matchers: ['severity="critical"']
+        receiver: pager
+        routes:
+          - receiver: nobody
+            group_by: ['...', gpu]
+      - receiver: oncall
+"""
+
+
+def test_every_route_problem_at_its_own_key_alongside_every_other_problem(
+    tmp_path: Path,
+) -> None:
+    """pydantic skips model validators after a field error; these checks are field errors of
+    their own, so one run of ``fleetd config check`` lists everything."""
+    path = write(tmp_path, ROUTES_AND_OTHER_ERRORS)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    found = {(p.line, p.key, p.message) for p in caught.value.problems}
+    assert found == {
+        (3, "node.colour", "unknown key"),
+        (9, "alerting.receivers[0].pagerduty[0].timeout", "timeout must be between 0s and 5m"),
+        (
+            10,
+            "alerting.receivers[1].name",
+            "receiver names must be unique ('chat' is used more than once)",
+        ),
+        (
+            12,
+            "alerting.receivers[2].name",
+            "receiver names must be unique ('chat' is used more than once)",
+        ),
+        (16, "alerting.route.group_interval", "must be greater than zero"),
+        (
+            19,
+            "alerting.route.routes[0].receiver",
+            "must name a receiver (unknown receiver 'pager'; receivers: chat, oncall)",
+        ),
+        (
+            21,
+            "alerting.route.routes[0].routes[0].receiver",
+            "must name a receiver (unknown receiver 'nobody'; receivers: chat, oncall)",
+        ),
+        (
+            22,
+            "alerting.route.routes[0].routes[0].group_by",
+            "'...' (group by every label) cannot be combined with other labels",
+        ),
+    }
+
+
+@pytest.mark.parametrize(
+    ("snippet", "line", "key", "message"),
+    [
+        (
+            "alerting:\n  receivers:\n    - name: a\n      console: [{}]\n  route:\n"
+            "    matchers: ['gpu=\"1\"']\n    receiver: a\n",
+            5,
+            "alerting.route",
+            "the root route matches everything",
+        ),
+        (
+            "alerting:\n  route:\n    group_wait: 1s\n",
+            2,
+            "alerting.route",
+            "receiver is required on the root route",
+        ),
+        ("alerting:\n  receivers: []\n", 2, "alerting.receivers", "at least one receiver"),
+        (
+            "alerting:\n  route:\n    receiver: console\n    routes:\n      - receiver: x\n",
+            5,
+            "alerting.route.routes[0].receiver",
+            "unknown receiver 'x'; receivers: console",  # the default receiver
+        ),
+    ],
+)
+def test_root_route_and_receiver_list_problems(
+    tmp_path: Path, snippet: str, line: int, key: str, message: str
+) -> None:
+    path = write(tmp_path, snippet)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    # a file without receivers is also told that it needs some (fleetd.config); that one
+    # problem comes on top of the routing problem under test
+    problems = [
+        p
+        for p in caught.value.problems
+        if key == "alerting.receivers" or "required in a config file" not in p.message
+    ]
+    assert [(p.line, p.key) for p in problems] == [(line, key)]
+    assert message in problems[0].message
 
 
 @pytest.mark.parametrize(
@@ -161,4 +272,4 @@ def test_the_documented_example_is_valid(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setenv("SLACK_WEBHOOK_URL", "https://hooks.slack.com/services/T/B/X")
     cfg = load_config(write(tmp_path, example)).alerting
     assert [r.name for r in cfg.receivers] == ["oncall", "chat", "am", "hook", "console"]
-    assert len(cfg.inhibit_rules) == 2
+    assert cfg.inhibit_rules == AlertingConfig().inhibit_rules  # the doc shows the defaults

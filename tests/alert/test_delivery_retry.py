@@ -25,13 +25,13 @@ from fleetd.alert.config import (
 )
 from fleetd.alert.dispatch import SELF_ALERT
 from fleetd.alert.notification import AlertRecord, Notification
+from fleetd.alert.outbox_store import OutboxStore
 from fleetd.alert.pagerduty import PagerDutyNotifier
 from fleetd.alert.retry import TokenBucket, backoff_delay
 from fleetd.alert.slack import SlackNotifier
 from fleetd.alert.webhook import WebhookNotifier
 from fleetd.errors import NotifyError
 from fleetd.model import make_labels
-from fleetd.store.outbox import OutboxStore
 from tests.alert.support import Harness, Recorder, config, fire
 
 # status → may a retry help?  (5xx, 429 and 408 yes; every other 4xx is a permanent error)

@@ -14,7 +14,7 @@ import pytest
 from pytest_httpserver import HTTPServer
 
 from fleetd.alert.notification import Notification
-from fleetd.store.outbox import OutboxStore
+from fleetd.alert.outbox_store import OutboxStore
 from tests.alert.support import Harness, Recorder, config, fire, resolve
 
 CONSOLE: dict[str, Any] = {

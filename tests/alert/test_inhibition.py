@@ -72,35 +72,94 @@ CONSOLE = {
 }  # inhibit_rules left out: the defaults apply
 
 
-def test_remediation_in_progress_mutes_follow_on_alerts_of_that_gpu(harness: Harness) -> None:
+def test_source_never_mutes_the_alert_it_names_as_its_cause() -> None:
+    rules = [rule(['alertname="Reset"'], ['alertname=~".+"'], ["gpu"])]
+    fault = record("EccFault", "f1", gpu="3")
+    other = record("EccFault", "f2", gpu="3", type="correctable")
+    reset = AlertRecord(
+        fingerprint="r",
+        rule="Reset",
+        status="firing",
+        severity="info",
+        labels=make_labels({"alertname": "Reset", "node": "n1", "gpu": "3"}),
+        annotations=make_labels({"caused_by": " f1 ,zz"}),
+    )
+    inhibitions = Inhibitions(rules, [reset, fault, other])
+    assert inhibitions.muted_by(fault) is None  # named as the cause
+    assert inhibitions.muted_by(other) == "r"  # not named: muted as before
+
+
+def test_remediation_in_progress_mutes_only_what_the_reset_and_drain_cause(
+    harness: Harness,
+) -> None:
     d = harness.dispatcher(config(CONSOLE))
     t0 = harness.clock.now()
+    d.submit([fire("GpuEccUncorrectableError", at=t0, gpu=3)], t0)
     d.submit(
         [
-            fire("GpuRemediationInProgress", at=t0, gpu=3, severity=Severity.INFO),
-            fire("VllmWorkerDown", at=t0 + 5, gpu=3),
-            fire("VllmWorkerDown", at=t0 + 5, gpu=4),
+            fire("GpuRemediationInProgress", at=t0 + 1, gpu=3, severity=Severity.INFO),
+            fire("GpuMissing", at=t0 + 5, gpu=3),
+            fire("GpuTelemetryStale", at=t0 + 5, gpu=3, severity=Severity.WARNING),
+            fire("GpuXgmiLinkDown", at=t0 + 5, gpu=3, labels={"link": 1}),
+            fire("GpuPcieLinkWidthDegraded", at=t0 + 5, gpu=3, severity=Severity.WARNING),
+            fire("GpuPcieLinkSpeedDegraded", at=t0 + 5, gpu=3, severity=Severity.WARNING),
+            fire("GpuMissing", at=t0 + 5, gpu=4),  # not being remediated: news
+            # vLLM alerts carry worker, not gpu (the rules aggregate by worker)
+            fire("VllmWorkerDown", at=t0 + 5, gpu=None, labels={"worker": "gpu3"}),
+            fire("VllmWorkerStalled", at=t0 + 5, gpu=None, labels={"worker": "gpu3"}),
         ],
         t0 + 5,
     )
     d.tick(t0 + 35)
-    lines = harness.lines()
-    assert any("GpuRemediationInProgress" in line for line in lines)
-    down = [line for line in lines if "VllmWorkerDown" in line]
-    assert len(down) == 1 and "gpu=4" in down[0]
-    # remediation ends but the worker is still down: now it is news
+    printed = {(line.split()[3], "gpu=4" in line) for line in harness.lines()}
+    assert printed == {
+        ("GpuEccUncorrectableError", False),  # the fault itself pages
+        ("GpuRemediationInProgress", False),
+        ("GpuMissing", True),
+    }
+    views = {(a.alert.alertname, a.alert.label("gpu")): a for a in d.alerts(t0 + 35)}
+    assert views[("GpuEccUncorrectableError", "3")].inhibited_by == ()
+    assert views[("VllmWorkerDown", None)].inhibited_by
+    # remediation ends but the GPU is still missing: now it is news
     d.submit(
         [
             resolve(
-                "GpuRemediationInProgress", at=t0 + 100, fired_at=t0, gpu=3, severity=Severity.INFO
+                "GpuRemediationInProgress",
+                at=t0 + 100,
+                fired_at=t0 + 1,
+                gpu=3,
+                severity=Severity.INFO,
             )
         ],
         t0 + 100,
     )
     d.tick(t0 + 100)
     d.tick(t0 + 160)
-    down = [line for line in harness.lines() if "VllmWorkerDown" in line]
-    assert len(down) == 2 and "gpu=3" in down[1]
+    missing = [line for line in harness.lines() if "GpuMissing" in line]
+    assert len(missing) == 2 and "gpu=3" in missing[1]
+
+
+def test_worker_and_remediation_alerts_do_not_mute_a_nodes_gpu_alerts(harness: Harness) -> None:
+    """They are critical and node-level, but explain nothing about a GPU's own faults."""
+    d = harness.dispatcher(config(CONSOLE))
+    t0 = harness.clock.now()
+    d.submit(
+        [
+            fire("VllmWorkerDown", at=t0, gpu=None, labels={"worker": "gpu5"}),
+            fire("GpuRemediationBreakerOpen", at=t0, gpu=None),
+            fire("GpuEccUncorrectableError", at=t0, gpu=3),
+            fire("GpuRemediationHeld", at=t0, gpu=3, labels={"gpus": "0,1,2,3,4,5,6,7"}),
+        ],
+        t0,
+    )
+    d.tick(t0 + 30)
+    names = {line.split()[3] for line in harness.lines()}
+    assert names == {
+        "VllmWorkerDown",
+        "GpuRemediationBreakerOpen",
+        "GpuEccUncorrectableError",
+        "GpuRemediationHeld",
+    }
 
 
 def test_critical_node_alert_mutes_its_gpus_alerts(harness: Harness) -> None:
@@ -117,5 +176,5 @@ def test_critical_node_alert_mutes_its_gpus_alerts(harness: Harness) -> None:
     d.tick(t0 + 30)
     names = {line.split()[3] for line in harness.lines()}
     assert names == {"NodePowerLost", "NodeClockSkew"}
-    views = {a["labels"]["alertname"]: a for a in d.alerts(t0 + 30)}  # type: ignore[index]
-    assert views["GpuHot"]["inhibitedBy"] == [views["NodePowerLost"]["fingerprint"]]
+    views = {a.alert.alertname: a for a in d.alerts(t0 + 30)}
+    assert views["GpuHot"].inhibited_by == (views["NodePowerLost"].alert.fingerprint,)

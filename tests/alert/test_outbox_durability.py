@@ -10,9 +10,9 @@ from typing import Any
 from pytest_httpserver import HTTPServer
 
 from fleetd.alert.dispatch import Dispatcher
+from fleetd.alert.outbox_store import OutboxStore
 from fleetd.clock import FakeClock
 from fleetd.store.db import Database
-from fleetd.store.outbox import OutboxStore
 from tests.alert.support import NODE, Recorder, Seen, config, fire, resolve
 
 

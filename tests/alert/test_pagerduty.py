@@ -219,7 +219,7 @@ class TestAlertEvents:
         t0 = harness.clock.now()
         d.submit([fire("GpuHot", at=t0)], t0)
         d.tick(t0 + 30)
-        (fp,) = [a["fingerprint"] for a in d.alerts(t0 + 31)]
+        (fp,) = [a.alert.fingerprint for a in d.alerts(t0 + 31)]
         d.acknowledge(fp, author="alice", comment="on it", now=t0 + 31)
         d.tick(t0 + 31)
         trigger, ack = pagerduty.bodies()

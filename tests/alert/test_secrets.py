@@ -14,11 +14,11 @@ from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
 from fleetd.alert.config import PagerDutyConfig, SlackConfig, WebhookConfig
+from fleetd.alert.outbox_store import OutboxStore
 from fleetd.alert.pagerduty import PagerDutyNotifier
 from fleetd.alert.slack import SlackNotifier
 from fleetd.alert.webhook import WebhookNotifier
 from fleetd.errors import NotifyError
-from fleetd.store.outbox import OutboxStore
 from tests.alert.support import Harness, config, fire
 from tests.alert.test_delivery_retry import NOTIFICATION
 
@@ -128,7 +128,7 @@ def test_nothing_the_dispatcher_shows_contains_a_secret(
     assert all(i["last_error"] for i in status["integrations"] if i["kind"] != "console")  # type: ignore[index,union-attr]
     shown = [
         json.dumps(status),
-        json.dumps(d.alerts(t0 + 60)),
+        repr(d.alerts(t0 + 60)),
         repr(d.metrics(t0 + 60)),
         captured_logs.getvalue(),
         harness.stream.getvalue(),  # the console printed the self-alerts

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from fleetd.alert.matchers import parse_matcher
+from fleetd.alert.silence_store import SilenceStore
 from fleetd.clock import FakeClock
 from fleetd.store.db import Database
-from fleetd.store.silences import SilenceStore
 from tests.alert.support import Harness, config, fire, resolve
 
 CONSOLE = {
@@ -101,9 +101,9 @@ class TestMuting:
         d.tick(t0)
         (line,) = harness.lines()
         assert "gpu=4" in line
-        views = {a["labels"]["gpu"]: a for a in d.alerts(t0)}  # type: ignore[index]
-        assert views["3"]["silencedBy"] == [silence.id]
-        assert views["4"]["silencedBy"] == []
+        views = {a.alert.label("gpu"): a for a in d.alerts(t0)}
+        assert views["3"].silenced_by == (silence.id,)
+        assert views["4"].silenced_by == ()
         for step in range(1, 300, 10):
             d.tick(t0 + step)
         assert len(harness.lines()) == 1
@@ -165,7 +165,7 @@ class TestAcknowledgement:
         t0 = harness.clock.now()
         d.submit([fire("GpuHot", at=t0, gpu=1), fire("GpuHot", at=t0, gpu=2)], t0)
         d.tick(t0)
-        by_gpu = {a["labels"]["gpu"]: a["fingerprint"] for a in d.alerts(t0)}  # type: ignore[index]
+        by_gpu = {a.alert.label("gpu"): a.alert.fingerprint for a in d.alerts(t0)}
         ack = d.acknowledge(by_gpu["1"], author="alice", comment="replacing", now=t0 + 5)
         assert ack.author == "alice"
         for step in range(5, 1300, 10):

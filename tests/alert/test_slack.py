@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from pytest_httpserver import HTTPServer
 
-from fleetd.store.outbox import OutboxStore
+from fleetd.alert.notification import ChangeEvent
+from fleetd.alert.outbox_store import OutboxStore
 from tests.alert.support import Harness, Recorder, Seen, config, fire, resolve
 
 BOT_TOKEN = "xoxb-000000000000-000000000000-SECRETbottoken42"
@@ -66,7 +67,8 @@ class TestIncomingWebhook:
         assert body["text"].startswith("[FIRING:3] GpuHot on node7")
         header = body["blocks"][0]["text"]["text"]
         assert header == "[FIRING:3] GpuHot on node7"
-        assert sum(1 for b in body["blocks"] if b["type"] == "section") == 3
+        (section,) = [b for b in body["blocks"] if b["type"] == "section"]  # one, not one per alert
+        assert len(section["text"]["text"].splitlines()) == 3
         assert d.status(t0 + 30)["integrations"][0]["sent"] == 1  # type: ignore[index]
 
     def test_large_group_lists_max_alerts_and_counts_the_rest(
@@ -87,8 +89,10 @@ class TestIncomingWebhook:
         d.tick(t0 + 30)
         (body,) = recorder.bodies()
         check_message(body)
-        assert sum(1 for b in body["blocks"] if b["type"] == "section") == 20
+        (section,) = [b for b in body["blocks"] if b["type"] == "section"]
+        assert len(section["text"]["text"].splitlines()) == 20
         assert "and 100 more alerts not listed" in json.dumps(body["blocks"][-1])
+        assert body["text"].endswith("(and 100 more alerts not listed)")
 
     def test_answer_other_than_ok_is_an_error(
         self, harness: Harness, httpserver: HTTPServer
@@ -201,3 +205,88 @@ class TestBotToken:
         assert [e.attempts for e in entries] == [1, 1]
         assert len(httpserver.log) == 2
         assert "FleetdNotificationsRejected" in entries[1].payload
+
+
+class TestChangeEventThreads:
+    """A remediation run's steps (``ChangeEvent.thread`` = run id): with a bot token the first
+    is a message and the rest reply in its thread, also after a restart; elsewhere each step
+    is sent as it comes."""
+
+    def bot(self, httpserver: HTTPServer) -> dict[str, Any]:
+        slack = {
+            "bot_token": BOT_TOKEN,
+            "channel": "#gpu-alerts",
+            "api_url": httpserver.url_for("/api"),
+            "reply_broadcast": True,
+        }
+        return {"receivers": [{"name": "chat", "slack": [slack]}], "inhibit_rules": []}
+
+    def run(self, harness: Harness, d: Any, seconds: int) -> None:
+        for _ in range(seconds):
+            d.tick(harness.clock.now())
+            harness.clock.advance(1)
+
+    def test_first_step_is_the_parent_and_later_steps_reply_in_its_thread(
+        self, harness: Harness, httpserver: HTTPServer, slack_api: Recorder
+    ) -> None:
+        d = harness.dispatcher(config(self.bot(httpserver)))
+        t0 = harness.clock.now()
+        steps = [
+            ChangeEvent("draining GPU 3", at=t0, thread="run-1", id="run-1/1"),
+            ChangeEvent("resetting the hive", at=t0, thread="run-1", id="run-1/2"),
+            ChangeEvent("draining GPU 5", at=t0, thread="run-2", id="run-2/1"),
+            ChangeEvent("breaker reset by alice", at=t0),
+            ChangeEvent("GPU 3 back in service", at=t0, thread="run-1", id="run-1/3"),
+        ]
+        for step in steps:
+            d.submit_change(step, t0)
+        self.run(harness, d, 10)
+        bodies = slack_api.bodies()
+        assert [b["text"] for b in bodies] == [f"node7: {s.summary}" for s in steps]
+        assert [b.get("thread_ts") for b in bodies] == [
+            None,
+            "1700000000.000001",
+            None,
+            None,
+            "1700000000.000001",
+        ]
+        assert not any(b.get("reply_broadcast") for b in bodies)  # steps stay in the thread
+        assert bodies[1]["channel"] == "C024BE91L"  # the parent's channel, as Slack answered
+
+        # after a restart the run's next step still finds its thread
+        d.close()
+        d2 = harness.dispatcher(config(self.bot(httpserver)))
+        later = harness.clock.now()
+        d2.submit_change(ChangeEvent("run done", at=later, thread="run-1", id="run-1/4"), later)
+        d2.submit_change(ChangeEvent("GPU 5 reset", at=later, thread="run-2", id="run-2/2"), later)
+        self.run(harness, d2, 5)
+        replies = slack_api.bodies()[len(steps) :]
+        assert [(b["text"], b["thread_ts"]) for b in replies] == [
+            ("node7: run done", "1700000000.000001"),
+            ("node7: GPU 5 reset", "1700000000.000003"),
+        ]
+
+    def test_webhook_mode_sends_every_step_as_it_comes(
+        self, harness: Harness, httpserver: HTTPServer
+    ) -> None:
+        recorder = Recorder((200, "ok", {}))
+        httpserver.expect_request("/hook").respond_with_handler(recorder)
+        cfg = {
+            "receivers": [
+                {"name": "chat", "slack": [{"webhook_url": httpserver.url_for("/hook")}]}
+            ],
+            "inhibit_rules": [],
+        }
+        d = harness.dispatcher(config(cfg))
+        t0 = harness.clock.now()
+        for n in range(3):
+            d.submit_change(ChangeEvent(f"step {n}", at=t0, thread="run-1"), t0)
+        self.run(harness, d, 5)
+        assert [b["text"] for b in recorder.bodies()] == [f"node7: step {n}" for n in range(3)]
+        assert not any("thread_ts" in b for b in recorder.bodies())
+
+    def test_a_change_event_stored_before_threads_existed_still_loads(self) -> None:
+        stored = {"summary": "GPU 3 drained", "at": 1.0, "labels": {}, "id": "r/1"}
+        event = ChangeEvent.from_dict(stored)
+        assert (event.summary, event.id, event.thread) == ("GPU 3 drained", "r/1", None)
+        assert ChangeEvent.from_dict(event.to_dict()) == event

@@ -7,8 +7,8 @@ from typing import Any
 
 from pytest_httpserver import HTTPServer
 
+from fleetd.alert.outbox_store import OutboxStore
 from fleetd.clock import FakeClock
-from fleetd.store.outbox import OutboxStore
 from tests.alert.support import Harness, Recorder, Seen, config, fire
 
 RULES = ["GpuHot", "HbmHot", "EccErrors", "PcieReplays", "XgmiLinkDown"]

@@ -13,6 +13,7 @@ from tests.alert.support import Harness, Recorder, config, fire, resolve
 
 WEBHOOK_KEYS = {
     "version",
+    "eventId",  # fleetd's addition: the receiver's de-duplication key
     "groupKey",
     "truncatedAlerts",
     "status",

@@ -126,16 +126,18 @@ def start_agent(
     reload: Callable[[], object] | None = None,
     delay: float = 0.0,
     tls: tuple[Path, Path] | None = None,
+    labels: dict[str, str] | None = None,
+    rules: dict[str, object] | None = None,
 ) -> Agent:
     """Build and start an agent whose files live under ``tmp``."""
     clock = clock or FakeClock()
     tmp.mkdir(parents=True, exist_ok=True)
     data: dict[str, Any] = {
-        "node": {"name": name},
+        "node": {"name": name, "labels": labels or {}},
         "state_dir": str(tmp),
         "poll": {"interval": POLL_INTERVAL, "gpu_timeout": 2.0},
         "http": {"bind": "127.0.0.1", "port": 0},
-        "rules": {"local_dir": None},
+        "rules": {"local_dir": None, **(rules or {})},
         "api": {"token": token} if token else {},
         "remediation": (remediation or {"mode": "dry-run"})
         if with_remediation

@@ -305,3 +305,20 @@ def test_with_remediation_off_a_human_can_still_drain(tmp_path: Path) -> None:
         assert [run["state"] for run in runs["runs"]] == ["drained"]
     finally:
         agent.stop()
+
+
+@pytest.mark.parametrize(("path", "body"), MUTATIONS, ids=[p for p, _ in MUTATIONS])
+def test_deeply_nested_bodies_are_400_not_500(
+    untouched: Agent, path: str, body: dict[str, Any]
+) -> None:
+    """JSON nested 100 000 deep (the decoder's RecursionError) and 33 deep (over the limit of
+    32) in an authenticated POST: a 400 naming the limit, and nothing done or recorded."""
+    agent = untouched
+    url = agent.url + API_PREFIX + path
+    inner = '{"reason": "r", "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    shallow = '{"reason": "r", "x": ' + "[" * 32 + "]" * 32 + "}"  # 33 levels with the object
+    for text in ("[" * 100_000 + "]" * 100_000, inner, shallow):
+        answer = requests.post(url, data=text.encode(), headers=AUTH, timeout=10)
+        assert answer.status_code == 400, (answer.status_code, answer.text[:200])
+        assert "nested too deeply: at most 32 levels" in answer.json()["error"]
+    assert actions(agent) == []

@@ -209,3 +209,23 @@ def test_reads_while_the_loop_evaluates_never_fail(agent: Agent) -> None:
         for reader in readers:
             reader.result()
     assert statuses and set(statuses) == {200}
+
+
+def test_window_summaries_come_from_raw_samples_not_the_stepped_points(agent: Agent) -> None:
+    """An ECC counter that a reset zeroed between two steps still shows its maximum."""
+    agent.sim.inject(3, "ecc_uncorrectable")
+    agent.clock.advance(POLL_INTERVAL)
+    agent.tick(2)
+    agent.sim.reset_hive(3)
+    agent.clock.advance(POLL_INTERVAL)
+    agent.tick(10)
+    history = get(agent, "/gpus/3", window="1h", points="4").json()["history"]
+    stepped = [v for _, v in history["series"]["ecc_uncorrectable_total"]]
+    assert max(stepped) == 0.0  # one value per 15-minute step: the spike is not among them
+    ue = history["summary"]["ecc_uncorrectable_total"]
+    assert ue["max"] == 1.0 and ue["min"] == 0.0 and ue["last"] == 0.0
+    assert ue["samples"] == 15  # every poll of the agent so far
+    assert 0.0 < ue["avg"] < 1.0
+    day = get(agent, "/gpus/3", window="24h", points="4").json()["history"]["summary"]
+    assert day["ecc_uncorrectable_total"]["max"] == 1.0
+    assert get(agent, "/gpus/0", window="1h").json()["history"]["summary"]["power_w"]["samples"]

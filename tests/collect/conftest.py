@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -74,10 +75,13 @@ def make_rig(
     root: bool = True,
     load: float = 0.5,
     processes_interval: float = 30.0,
+    sysfs: Path | None = None,
 ) -> Rig:
+    """``sysfs``: give the node a fake sysfs tree there and the backend that root."""
     node = build_node(model, seed=seed, clock=clock, root=root)
     node.set_load(None, load)
-    backend = AmdSmiBackend(SimulatedAmdSmi(node))
+    pci_root = node.attach_sysfs(sysfs) if sysfs is not None else None
+    backend = AmdSmiBackend(SimulatedAmdSmi(node), pci_root=pci_root)
     poller = Poller(
         backend,
         default_collectors(processes_interval=processes_interval),

@@ -18,10 +18,15 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fleetd.clock import FakeClock
+from fleetd.collect.abi import amdsmi_info
 from fleetd.collect.catalog import CATALOG, GPU_METRICS, SELF_METRICS, VLLM_METRICS
 from fleetd.collect.exporter import FleetdExporter
-from fleetd.collect.vllm import TokensPerJouleTracker, VllmValues, worker_readings
-from fleetd.config import VllmWorkerConfig
+from fleetd.model import OutOfService, Sample, SeriesKey, ServiceReason, Snapshot
+from fleetd.rules.health import NodeHealth, assess
+from fleetd.rules.metrics import health_readings
+from fleetd.vllm.collector import TokensPerJouleTracker, worker_readings
+from fleetd.vllm.config import VllmWorkerConfig
+from fleetd.vllm.metrics import VllmValues
 
 from .conftest import make_rig
 
@@ -29,6 +34,17 @@ GOLDEN = Path(__file__).parent / "golden" / "metrics_mi355x_seed7.prom"
 UPDATE = os.environ.get("FLEETD_UPDATE_GOLDEN") == "1"
 START = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 PROCESS_LINE = re.compile(r"^(process_[a-z_]+(?:\{[^}]*\})?) .*$", re.MULTILINE)
+
+NODE = "gpu-node-golden"
+NODE_LABELS = {"cluster": "inference-eu1", "rack": "r12"}
+HEALTH_METRICS = {
+    "fleetd_gpu_health",
+    "fleetd_gpu_health_data_age_seconds",
+    "fleetd_gpu_service",
+    "fleetd_node_health",
+    "fleetd_node_health_data_age_seconds",
+}
+DRAINED = OutOfService(ServiceReason.DRAINED, "run-golden", "drain", "drained", START, "fan")
 
 WORKERS = [
     VllmWorkerConfig(name="llama-tp4", url="http://127.0.0.1:8000", gpus=[0, 1, 2, 3]),
@@ -44,7 +60,7 @@ def render_fixed_node() -> str:
         rig.node.inject(3, "ecc_ce_storm", rate_per_s=2.0)
         rig.node.inject(6, "pcie_downgrade")
         registry = CollectorRegistry()
-        exporter = FleetdExporter(registry)
+        exporter = FleetdExporter(registry, node=NODE, node_labels=NODE_LABELS)
         tracker = TokensPerJouleTracker(WORKERS)
         for step, tokens in enumerate((10_000.0, 18_000.0)):
             if step:
@@ -57,10 +73,22 @@ def render_fixed_node() -> str:
             ) + worker_readings(WORKERS[1], False, VllmValues(), "unreachable", now)
             derived = tracker.update(vllm, snapshot, now)
             exporter.update_vllm(vllm + derived, failed_workers=["qwen"])
+            exporter.update_group("rules", health_readings(health_of(snapshot), now))
+            exporter.update_group("backend", [amdsmi_info(rig.backend.abi, now)])
         exporter.record_missed_poll()
         return generate_latest(registry).decode()
     finally:
         rig.close()
+
+
+def health_of(snapshot: Snapshot) -> NodeHealth:
+    """The health verdict of the poll with GPU 6 drained (no alerts: nothing was evaluated)."""
+    up: dict[SeriesKey, Sample | None] = {
+        r.key: None if r.value is None else Sample(r.ts, r.value)
+        for r in snapshot.readings
+        if r.metric == "fleetd_gpu_up"
+    }
+    return assess(up, [], snapshot.ts, stale_after_s=17.5, service={"6": DRAINED})
 
 
 def normalise(text: str) -> str:
@@ -96,6 +124,9 @@ def test_everything_exported_is_in_the_catalog(metrics_text: str) -> None:
         assert family.documentation == spec.help, name
         for sample in family.samples:
             allowed = set(spec.labels) | ({"le"} if spec.type == "histogram" else set())
+            if spec.config_labels:  # fleetd_node_info: plus the config's node.labels
+                assert set(sample.labels) == allowed | set(NODE_LABELS), (name, sample.labels)
+                continue
             assert set(sample.labels) <= allowed, (name, sample.labels)
             if spec.type not in ("histogram", "summary"):
                 assert set(sample.labels) == set(spec.labels), (name, sample.labels)
@@ -104,10 +135,47 @@ def test_everything_exported_is_in_the_catalog(metrics_text: str) -> None:
     not_here = {
         "fleetd_config_last_reload_success",
         "fleetd_gpu_power_average_watts",  # N/A on MI3xx-class GPUs
+        "fleetd_gpu_xgmi_error_status",  # unreadable on gfx942/gfx950: not exported
+        # the event series exist once an event arrived (tests/events/test_wiring.py)
+        "fleetd_gpu_kernel_events_total",
+        "fleetd_gpu_kernel_event_age_seconds",
+        "fleetd_gpu_cper_records_total",
+        "fleetd_gpu_cper_last_fatal_age_seconds",
+        "fleetd_gpu_unplanned_resets_total",
+        "fleetd_gpu_unplanned_reset_age_seconds",
     }
     mine = {spec.name for spec in (*GPU_METRICS, *VLLM_METRICS, *SELF_METRICS)}
-    expected = mine - not_here
+    expected = (mine | HEALTH_METRICS) - not_here
     assert expected - seen == set()
+
+
+def test_node_info_carries_the_node_labels(metrics_text: str) -> None:
+    assert (
+        'fleetd_node_info{cluster="inference-eu1",node="gpu-node-golden",rack="r12"} 1.0'
+        in metrics_text
+    )
+
+
+def test_a_drained_gpu_is_out_of_service_never_healthy(metrics_text: str) -> None:
+    values = {
+        line.split(",uuid=")[0]: line.rsplit(" ", 1)[1]
+        for line in metrics_text.splitlines()
+        if line.startswith(("fleetd_gpu_health{", "fleetd_gpu_service{"))
+    }
+    assert values['fleetd_gpu_health{gpu="6",state="out_of_service"'] == "1.0"
+    assert values['fleetd_gpu_health{gpu="6",state="healthy"'] == "0.0"
+    assert values['fleetd_gpu_service{gpu="6",state="drained"'] == "1.0"
+    assert values['fleetd_gpu_service{gpu="6",state="in_service"'] == "0.0"
+    assert values['fleetd_gpu_health{gpu="5",state="healthy"'] == "1.0"
+    assert values['fleetd_gpu_service{gpu="5",state="in_service"'] == "1.0"
+    assert 'fleetd_node_health{state="out_of_service"} 1.0' in metrics_text
+
+
+def test_node_label_names_are_made_valid_and_never_replace_the_node() -> None:
+    from fleetd.collect.exporter import node_info_labels
+
+    labels = {"rack-id": "r1", "9zone": "z", "node": "other", "__x": "y", "rack_id": "dup"}
+    assert node_info_labels("n1", labels) == {"node": "n1", "_9zone": "z", "rack_id": "dup"}
 
 
 def test_missing_readings_are_absent_not_zero(metrics_text: str) -> None:

@@ -18,7 +18,7 @@ from fleetd.clock import FakeClock
 from .conftest import Key, Rig, by_key, find, gpu_of, make_rig
 
 FAULTY = 3
-PEER_OF_LINK0 = 0  # GPU 3's XGMI link 0 leads to GPU 0 (its link 2)
+PEER_OF_LINK0 = 0  # GPU 3's XGMI link 0 leads to GPU 0 (its link 2); ports are per GPU index
 
 
 @dataclass
@@ -157,24 +157,37 @@ def test_pcie_replay_storm_moves_only_link_error_counters(twins: Twins):
 
 def test_xgmi_link_down_on_both_ends(twins: Twins):
     base, faulty = twins.run("xgmi_link_down", 5.0, link=0)
-    per_link = {
-        "fleetd_gpu_xgmi_link_up",
-        "fleetd_gpu_xgmi_read_bytes_total",
-        "fleetd_gpu_xgmi_write_bytes_total",
+    # link status is per port (port j leads to GPU j); traffic per amdsmi_get_link_metrics
+    # entry, in peer order (GPU 3's entry 0 is GPU 0, GPU 0's entry 2 is GPU 3)
+    per_port = {"fleetd_gpu_xgmi_link_up"}
+    per_link = {"fleetd_gpu_xgmi_read_bytes_total", "fleetd_gpu_xgmi_write_bytes_total"}
+    link_ends = {(FAULTY, "0"), (PEER_OF_LINK0, "2")}
+    # MI355X (gfx950): the fault shows as XGMI_WAFL RAS counts, the error status is unreadable
+    per_gpu = {
+        "fleetd_gpu_xgmi_links",
+        "fleetd_gpu_ecc_errors_total",
+        "fleetd_gpu_ecc_block_errors_total",
     }
-    per_gpu = {"fleetd_gpu_xgmi_links", "fleetd_gpu_xgmi_error_status"}
-    ends = {(FAULTY, "0"), (PEER_OF_LINK0, "2")}
+    ends = {(FAULTY, str(PEER_OF_LINK0)), (PEER_OF_LINK0, str(FAULTY))}  # the port to the peer
     for k in changed(base, faulty):
         link = dict(k[1]).get("link")
-        assert (k[0] in per_link and (gpu_of(k), link) in ends) or (
-            k[0] in per_gpu and gpu_of(k) in {FAULTY, PEER_OF_LINK0}
+        block = dict(k[1]).get("block", "xgmi_wafl")
+        assert (
+            (k[0] in per_port and (gpu_of(k), link) in ends)
+            or (k[0] in per_link and (gpu_of(k), link) in link_ends)
+            or (k[0] in per_gpu and gpu_of(k) in {FAULTY, PEER_OF_LINK0} and block == "xgmi_wafl")
         ), k
     for gpu, link in ends:
         assert v(faulty, "fleetd_gpu_xgmi_link_up", gpu, link=link) == 0
         assert v(base, "fleetd_gpu_xgmi_link_up", gpu, link=link) == 1
-        assert v(faulty, "fleetd_gpu_xgmi_links", gpu, state="down") == 1
+        assert v(faulty, "fleetd_gpu_xgmi_links", gpu, state="down") == 2  # + its own port
         assert v(faulty, "fleetd_gpu_xgmi_links", gpu, state="up") == 6
-        assert v(faulty, "fleetd_gpu_xgmi_error_status", gpu) == 1
+        wafl = {"block": "xgmi_wafl"}
+        assert v(faulty, "fleetd_gpu_ecc_block_errors_total", gpu, **wafl, type="correctable") == 4
+        assert (
+            v(faulty, "fleetd_gpu_ecc_block_errors_total", gpu, **wafl, type="uncorrectable") == 1
+        )
+    assert not [r for r in faulty.readings if r.metric == "fleetd_gpu_xgmi_error_status"]
     assert v(faulty, "fleetd_gpu_xgmi_link_up", FAULTY, link="1") == 1
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetd.collect.amdsmi_backend import load_amdsmi
+from fleetd.collect.amdsmi_backend import load_amdsmi, rocm_python_dir
 from fleetd.errors import BackendError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,4 +100,56 @@ def test_missing_python_package_gives_one_clear_line() -> None:
     message = str(info.value)
     assert "\n" not in message
     assert "Python package is not installed" in message
+    assert f"nor in {rocm_python_dir()}" in message
     assert "fleetd[amd]" in message
+
+
+# ---------------------------------------------------------------- the node's ROCm package
+@pytest.fixture
+def isolated_imports(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """sys.path and sys.modules restored after the test; no ROCm variables inherited."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setattr(sys, "modules", dict(sys.modules))
+    monkeypatch.delenv("ROCM_HOME", raising=False)
+    monkeypatch.delenv("ROCM_PATH", raising=False)
+    return monkeypatch
+
+
+def _package(parent: Path, name: str, origin: str) -> None:
+    (parent / name).mkdir(parents=True)
+    (parent / name / "__init__.py").write_text(f"ORIGIN = {origin!r}\n", encoding="utf-8")
+
+
+def test_the_rocm_package_is_used_when_none_is_installed(
+    tmp_path: Path, isolated_imports: pytest.MonkeyPatch
+) -> None:
+    """The Debian package ships no amdsmi: ROCm's own (<ROCM_PATH>/share/amd_smi) is found."""
+    rocm = tmp_path / "rocm-7.0.2"
+    _package(rocm / "share" / "amd_smi", "fleetd_rocm_amdsmi", "rocm")
+    isolated_imports.setenv("ROCM_PATH", str(rocm))
+    module = load_amdsmi("fleetd_rocm_amdsmi")
+    assert module.ORIGIN == "rocm"
+    assert sys.path[-1] == str(rocm / "share" / "amd_smi")  # appended: shadows nothing
+
+
+def test_rocm_home_wins_over_rocm_path_as_in_the_wrapper(
+    tmp_path: Path, isolated_imports: pytest.MonkeyPatch
+) -> None:
+    """amdsmi's wrapper loads the library from $ROCM_HOME first: the package must follow."""
+    _package(tmp_path / "path" / "share" / "amd_smi", "fleetd_rocm_amdsmi", "rocm_path")
+    isolated_imports.setenv("ROCM_PATH", str(tmp_path / "path"))
+    isolated_imports.setenv("ROCM_HOME", str(tmp_path / "home"))
+    with pytest.raises(BackendError) as info:
+        load_amdsmi("fleetd_rocm_amdsmi")
+    assert f"nor in {tmp_path / 'home' / 'share' / 'amd_smi'}" in str(info.value)
+
+
+def test_an_installed_package_wins_over_the_rocm_one(
+    tmp_path: Path, isolated_imports: pytest.MonkeyPatch
+) -> None:
+    _package(tmp_path / "rocm" / "share" / "amd_smi", "fleetd_rocm_amdsmi", "rocm")
+    _package(tmp_path / "site", "fleetd_rocm_amdsmi", "installed")
+    isolated_imports.syspath_prepend(str(tmp_path / "site"))
+    isolated_imports.setenv("ROCM_PATH", str(tmp_path / "rocm"))
+    assert load_amdsmi("fleetd_rocm_amdsmi").ORIGIN == "installed"
+    assert str(tmp_path / "rocm" / "share" / "amd_smi") not in sys.path

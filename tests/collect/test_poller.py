@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from fleetd.clock import FakeClock
 from fleetd.collect.catalog import CATALOG
 from fleetd.collect.poller import Poller
-from fleetd.collect.source import GpuSource
+from fleetd.collect.source import GpuSource, ReadError
 from fleetd.model import Reading
 
 from .conftest import by_key, find, gpu_of, make_rig
@@ -54,7 +55,7 @@ def test_mi300x_has_no_edge_sensor_reported_missing_not_zero(clock: FakeClock):
 
 
 def test_hung_call_does_not_delay_other_gpus_beyond_the_timeout(clock: FakeClock):
-    timeout = 0.3
+    timeout = 1.0  # the collectors before the hung call must finish inside it on a loaded CI box
     rig = make_rig(clock, gpu_timeout=timeout)
     try:
         healthy = rig.poll()
@@ -72,8 +73,11 @@ def test_hung_call_does_not_delay_other_gpus_beyond_the_timeout(clock: FakeClock
         assert find(hung, "fleetd_gpu_up", HUNG).value == 0
         # collectors before the hung call kept their readings; the rest are missing: timeout
         assert find(hung, "fleetd_gpu_temperature_celsius", HUNG, sensor="hotspot").value
-        for metric in ("fleetd_gpu_pcie_link_width_lanes", "fleetd_gpu_xgmi_error_status"):
-            reading = find(hung, metric, HUNG)
+        for metric, labels in (
+            ("fleetd_gpu_pcie_link_width_lanes", {}),
+            ("fleetd_gpu_xgmi_links", {"state": "up"}),
+        ):
+            reading = find(hung, metric, HUNG, **labels)
             assert reading.value is None and reading.reason == "timeout"
         pcie = next(c for c in hung.collectors if c.name == "pcie")
         assert not pcie.success and "timeout" in (pcie.error or "")
@@ -106,37 +110,76 @@ def test_hung_call_does_not_delay_other_gpus_beyond_the_timeout(clock: FakeClock
         rig.close()
 
 
-def test_gpu_off_the_bus_stays_in_the_snapshot_as_missing(rig):
-    before = rig.poll()
+def test_gpu_off_the_bus_stays_in_the_snapshot_as_missing(clock: FakeClock, tmp_path: Path):
+    rig = make_rig(clock, sysfs=tmp_path)
+    try:
+        before = rig.poll()
+        rig.node.inject(5, "gpu_off_bus")
+        assert not (tmp_path / "sys/bus/pci/devices" / before.gpus[5].gpu.bdf).exists()
+        during = rig.poll()  # its PCI device left sysfs: missing from this poll on
+        status = during.gpus[5]
+        assert status.gpu.index == 5 and not status.present and not status.responsive
+        assert find(during, "fleetd_gpu_up", 5).value == 0
+        assert by_key(during).keys() == by_key(before).keys()  # nothing silently dropped
+        for reading in during.readings:
+            k = (reading.metric, reading.labels)
+            if gpu_of(k) == 5 and reading.metric not in NOT_FROM_GPU:
+                assert reading.value is None and reading.reason == "gpu_missing", k
+
+        after = rig.poll()
+        assert not after.gpus[5].present
+        assert find(after, "fleetd_gpu_info", 5).value == 1  # still identifiable
+        assert find(after, "fleetd_gpu_info", 5).labels == find(before, "fleetd_gpu_info", 5).labels
+        assert find(after, "fleetd_gpu_power_watts", 5).reason == "gpu_missing"
+        assert find(after, "fleetd_gpu_readings_missing", 5, collector="pcie").value == 9
+        assert all(s.present and s.responsive for s in after.gpus if s.gpu.index != 5)
+
+        assert [g.index for g in rig.backend.rediscover()] == list(range(8))  # still known
+        assert not rig.backend.present(5)
+        assert not rig.poll().gpus[5].present
+
+        rig.node.clear_faults(gpu=5)
+        identities = rig.backend.rediscover()
+        assert identities[5] == before.gpus[5].gpu  # same index, same BDF, same identity
+        back = rig.poll()
+        assert back.gpus[5].present and back.gpus[5].responsive
+        assert find(back, "fleetd_gpu_power_watts", 5).value > 0
+    finally:
+        rig.close()
+
+
+def test_without_sysfs_a_gpu_off_the_bus_is_found_by_the_next_enumeration(rig):
+    """Real amdsmi answers the old handle NOT_SUPPORTED (sysfs ENOENT) and DRM_ERROR, never
+    NOT_FOUND: the poll alone cannot tell, a fresh enumeration (the daemon's periodic
+    rediscovery) can."""
+    rig.poll()
     rig.node.inject(5, "gpu_off_bus")
     during = rig.poll()
-    status = during.gpus[5]
-    assert status.gpu.index == 5 and not status.present and not status.responsive
-    assert find(during, "fleetd_gpu_up", 5).value == 0
-    assert by_key(during).keys() == by_key(before).keys()  # nothing silently dropped
-    for reading in during.readings:
-        k = (reading.metric, reading.labels)
-        if gpu_of(k) == 5 and reading.metric not in NOT_FROM_GPU:
-            assert reading.value is None and reading.reason in ("not_found", "gpu_missing"), k
-
-    after = rig.poll()
-    assert not after.gpus[5].present
-    assert find(after, "fleetd_gpu_info", 5).value == 1  # still identifiable
-    assert find(after, "fleetd_gpu_info", 5).labels == find(before, "fleetd_gpu_info", 5).labels
-    assert find(after, "fleetd_gpu_power_watts", 5).reason == "gpu_missing"
-    assert find(after, "fleetd_gpu_readings_missing", 5, collector="pcie").value == 9
-    assert all(s.present and s.responsive for s in after.gpus if s.gpu.index != 5)
-
-    assert [g.index for g in rig.backend.rediscover()] == list(range(8))  # still known
+    assert during.gpus[5].present  # not NOT_FOUND: nothing says "gone" yet
+    assert find(during, "fleetd_gpu_power_watts", 5).reason == "not_supported"
+    assert [g.index for g in rig.backend.rediscover()] == list(range(8))
     assert not rig.backend.present(5)
-    assert not rig.poll().gpus[5].present
+    after = rig.poll()
+    assert not after.gpus[5].present and find(after, "fleetd_gpu_up", 5).value == 0
 
-    rig.node.clear_faults(gpu=5)
-    identities = rig.backend.rediscover()
-    assert identities[5] == before.gpus[5].gpu  # same index, same BDF, same identity
-    back = rig.poll()
-    assert back.gpus[5].present and back.gpus[5].responsive
-    assert find(back, "fleetd_gpu_power_watts", 5).value > 0
+
+def test_a_drm_error_on_the_old_handle_checks_the_bus_and_asks_for_rediscovery(
+    clock: FakeClock, tmp_path: Path
+):
+    rig = make_rig(clock, sysfs=tmp_path)
+    try:
+        rig.poll()
+        gpu = rig.backend.sources()[2]
+        assert not rig.backend.rediscovery_wanted
+        rig.node.inject(2, "gpu_off_bus")
+        with pytest.raises(ReadError) as err:
+            gpu.process_list()  # through the DRM render node
+        assert err.value.reason == "drm_error"
+        assert rig.backend.rediscovery_wanted and not gpu.present
+        rig.backend.rediscover()
+        assert not rig.backend.rediscovery_wanted
+    finally:
+        rig.close()
 
 
 class Exploding:
@@ -192,3 +235,24 @@ def test_processes_are_read_on_a_slow_cadence(clock: FakeClock):
         assert find(fresh, "fleetd_gpu_processes", 1).value == 0
     finally:
         rig.close()
+
+
+def test_xgmi_series_go_missing_by_their_own_index_when_a_call_fails(rig):
+    healthy = rig.poll()
+    ports = {
+        dict(r.labels)["link"]
+        for r in healthy.readings
+        if r.metric == "fleetd_gpu_xgmi_link_up" and ("gpu", "2") in r.labels
+    }
+    assert ports == {str(p) for p in range(8) if p != 2}  # per port: its own has no link
+    rig.node.inject(
+        2,
+        "unsupported_fields",
+        calls=["amdsmi_get_gpu_xgmi_link_status", "amdsmi_get_link_metrics"],
+        status="IO",
+    )
+    failed = rig.poll()
+    assert by_key(failed).keys() == by_key(healthy).keys()  # nothing silently dropped
+    for reading in failed.readings:
+        if ("gpu", "2") in reading.labels and reading.metric.startswith("fleetd_gpu_xgmi_"):
+            assert reading.value is None and reading.reason == "io_error", reading

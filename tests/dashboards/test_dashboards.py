@@ -50,11 +50,13 @@ NOT_ON_DASHBOARDS = {
     "process_virtual_memory_bytes": "resident memory is the figure that matters",
     "process_open_fds": "fleetd holds a handful of files; not worth a panel",
     "process_max_fds": "only meaningful beside process_open_fds",
+    "fleetd_gpu_xgmi_error_status": "unreadable on MI300X/MI355X; the XGMI_WAFL panels show it",
 }
 # Catalog groups every metric of which must be on a dashboard (or listed above). A group added
 # to the catalog later joins this list when its panels are built.
 COVERED_GROUPS = (
     "GPU_METRICS",
+    "EVENT_METRICS",
     "VLLM_METRICS",
     "SELF_METRICS",
     "RULE_METRICS",

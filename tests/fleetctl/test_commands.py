@@ -33,7 +33,11 @@ def test_alerts_across_the_fleet(fleet: Fleet) -> None:
     assert result.exit_code == 2  # the dead node could not be asked
     lines = result.output.splitlines()
     assert lines[0].split()[:3] == ["NODE", "SEVERITY", "ALERT"]
-    assert lines[1].split()[:4] == ["gpu-node-002", "critical", "GpuEccUncorrectableError", "3"]
+    node, severity, alert, gpu = lines[1].split()[:4]
+    # GPU 3's uncorrectable error pages once, by the rule of whichever report came first
+    assert (node, severity, gpu) == ("gpu-node-002", "critical", "3")
+    assert alert in ("GpuEccUncorrectableError", "GpuKernelUncorrectableError",
+                     "GpuCperUncorrectedError"), alert  # fmt: skip
     assert "gpu-node-dead: connection refused" in result.output
     only, _ = fleet.run("alerts", "gpu-node-001", "--json")
     assert only.exit_code == 0 and json.loads(only.output)["alerts"] == []
@@ -146,10 +150,82 @@ def test_changes_need_a_token_and_a_reason(fleet: Fleet, tmp_path: Path) -> None
     assert status["remediation"]["held"] == []
 
 
-def test_a_node_can_be_addressed_directly(fleet: Fleet) -> None:
+def test_a_node_can_be_addressed_directly(fleet: Fleet, tmp_path: Path) -> None:
+    """HOST:PORT and http(s)://… work wherever a node is named, with or without an
+    inventory (explicit, default, or a registry that cannot be read)."""
     agent = fleet.agents[0]
-    result, _ = fleet.run("status", agent.address, env={"FLEETCTL_INVENTORY": ""})
-    assert result.exit_code == 2  # host:port is not the node's name: the agent says so
-    assert "unknown node" in result.output
-    named, _ = fleet.run("status", agent.name)
-    assert named.exit_code == 0
+    no_inventory = {"FLEETCTL_INVENTORY": "", "HOME": str(tmp_path)}
+    result, _ = fleet.run("status", agent.address, env=no_inventory)
+    assert result.exit_code == 0, result.output  # the agent answers as itself
+    assert result.output.startswith(f"{agent.name}: healthy · 8/8 GPUs healthy")
+    member, _ = fleet.run("status", agent.address)  # the inventory's member at that address
+    assert member.exit_code == 0, member.output
+    assert fleet.run("status", agent.url)[0].exit_code == 0
+    assert fleet.run("status", agent.name)[0].exit_code == 0
+
+    default = tmp_path / ".config" / "fleetctl" / "inventory.yaml"
+    default.parent.mkdir(parents=True)
+    default.write_text("- {name: elsewhere, address: '127.0.0.1:1'}\n")
+    with_default, _ = fleet.run("status", agent.address, env=no_inventory)
+    assert with_default.exit_code == 0, with_default.output
+    broken_registry = f"sqlite:///{tmp_path / 'missing' / 'registry.db'}"
+    with_db, _ = fleet.run("status", agent.address, "--db", broken_registry, env=no_inventory)
+    assert with_db.exit_code == 0, with_db.output
+
+    sick = fleet.agents[1]
+    explained, _ = fleet.run("explain", sick.address, "3", env=no_inventory)
+    assert explained.exit_code == 0 and "GpuEccUncorrectableError" in explained.output
+    alerts, _ = fleet.run("alerts", sick.address, env=no_inventory)
+    assert alerts.exit_code == 0 and "GpuEccUncorrectableError" in alerts.output
+    drained, _ = fleet.run("drain", agent.address, "2", "-r", "by address", env=no_inventory)
+    assert drained.exit_code == 0, drained.output
+    history, _ = fleet.run("history", agent.address, "2", env=no_inventory)
+    assert "drain GPU 2 requested; reason: by address" in history.output
+    table, _ = fleet.run("status", env={"FLEETCTL_INVENTORY": str(default)})
+    assert "elsewhere" in table.output
+    unknown, _ = fleet.run("status", "gpu-node-404", env=no_inventory)
+    assert unknown.exit_code == 2 and "unknown node 'gpu-node-404'" in unknown.output
+    ranged, _ = fleet.run("status", "gpu-node-[1-2]:9477", env=no_inventory)
+    assert ranged.exit_code == 2 and "give one address" in ranged.output
+
+
+def test_history_and_explain_show_alert_transitions(fleet: Fleet) -> None:
+    sick = fleet.agents[1]
+    history, _ = fleet.run("history", sick.name, "3")
+    assert history.exit_code == 0, history.output
+    row = next(line for line in history.output.splitlines()[1:] if line.split()[3] == "alert")
+    assert "GpuEccUncorrectableError firing (critical) on GPU 3 (value 1)" in row
+    assert "fleetd" in row
+    node_wide, _ = fleet.run("history", sick.name, "--json")
+    kinds = [e["kind"] for e in json.loads(node_wide.output)["events"]]
+    assert "alert" in kinds
+    explained, _ = fleet.run("explain", sick.name, "3")
+    assert "alert: GpuEccUncorrectableError firing (critical) on GPU 3" in explained.output
+
+
+def test_history_shows_a_spike_the_stepped_points_miss(fleet: Fleet) -> None:
+    agent = fleet.agents[0]
+    agent.sim.inject(1, "ecc_uncorrectable")
+    agent.clock.advance(POLL_INTERVAL)
+    agent.tick(2)
+    agent.sim.reset_hive(1)
+    agent.clock.advance(POLL_INTERVAL)
+    agent.tick(5)
+    result, _ = fleet.run("history", agent.name, "1", "--since", "1h")
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.output.splitlines() if "ecc_uncorrectable_total" in line)
+    last, low, _, high, samples = row.split()[1:]
+    assert (last, low, high, samples) == ("0.00", "0.00", "1.00", "10")
+
+
+def test_drain_help_says_it_drains_one_gpu() -> None:
+    from tests.fleetctl.conftest import run_fleetctl
+
+    drain, _ = run_fleetctl("drain", "--help")
+    assert drain.exit_code == 0
+    assert "reset unit" not in drain.output
+    text = " ".join(drain.output.split())
+    assert "Take the vLLM workers on GPU of NODE out of service and hold the GPU out." in text
+    assert "Only that GPU, not its XGMI hive" in text
+    undrain, _ = run_fleetctl("undrain", "--help")
+    assert "reset unit" not in undrain.output and "every GPU held by the same run" in undrain.output

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -65,10 +66,12 @@ def polled(
     """``polled(node, gpu_timeout=...)``: a Pair over ``node``, closed after the test."""
     pairs: list[Pair] = []
 
-    def make(node: SimNode, gpu_timeout: float = GPU_TIMEOUT) -> Pair:
+    def make(node: SimNode, gpu_timeout: float = GPU_TIMEOUT, sysfs: Path | None = None) -> Pair:
+        """``sysfs``: keep the node's fake sysfs tree there; both backends check it."""
         attach(node)
-        sim_backend = AmdSmiBackend(SimulatedAmdSmi(node))
-        real_backend = AmdSmiBackend(real_amdsmi)
+        root = node.attach_sysfs(sysfs) if sysfs is not None else None
+        sim_backend = AmdSmiBackend(SimulatedAmdSmi(node), pci_root=root)
+        real_backend = AmdSmiBackend(real_amdsmi, pci_root=root)
         pair = Pair(
             clock,
             node,

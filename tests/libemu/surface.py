@@ -178,6 +178,7 @@ def node_calls(a: Any, pids: list[int]) -> Calls:
     """Reads that take no GPU handle."""
     calls: Calls = {
         "amdsmi_get_gpu_compute_process_info": a.amdsmi_get_gpu_compute_process_info,
+        "amdsmi_get_lib_version": a.amdsmi_get_lib_version,
         "amdsmi_get_socket_handles": lambda: [
             (s.value, a.amdsmi_get_socket_info(s)) for s in a.amdsmi_get_socket_handles()
         ],

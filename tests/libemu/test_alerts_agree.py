@@ -38,10 +38,10 @@ def rules() -> RuleSet:
 
 @pytest.mark.parametrize("name", _scenarios())
 def test_each_rule_scenario_raises_the_same_alerts_on_both_faces(
-    name: str, clock: FakeClock, polled: Callable[..., Pair], rules: RuleSet
+    name: str, clock: FakeClock, polled: Callable[..., Pair], rules: RuleSet, tmp_path: Path
 ) -> None:
     node, runner = start_scenario(RULE_SCENARIOS / f"{name}.yaml", clock)
-    pair = polled(node, gpu_timeout=HUNG_GPU_TIMEOUT)
+    pair = polled(node, gpu_timeout=HUNG_GPU_TIMEOUT, sysfs=tmp_path)  # as on a node: /sys
     poll_s = 10.0 if runner.scenario.end <= SHORT_SCENARIO_S else 30.0
     settings = EngineSettings(poll_interval_s=poll_s)
     engines = [RuleEngine(rules, settings, node="emulated", timer=clock.monotonic) for _ in "ab"]

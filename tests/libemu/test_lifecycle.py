@@ -146,6 +146,7 @@ def test_shut_down_makes_calls_fail_not_init_until_init(faces: Faces) -> None:
 
 
 def test_clearing_the_xgmi_error_goes_through_the_library(faces: Faces) -> None:
+    faces.node.xgmi_error_status_readable = True  # a DF 3.6 part (MI2xx): the legacy path
     faces.node.inject(4, "xgmi_link_down", link=1)
     h = faces.real.amdsmi_get_processor_handles()[4]
     assert faces.real.amdsmi_gpu_xgmi_error_status(h) == 1
@@ -163,3 +164,53 @@ def test_nearest_peers_are_raw_pointers_that_wrap_into_working_handles(faces: Fa
     assert len(nearest) == 7 and all(type(p) is int for p in nearest)
     peer = real.amdsmi_wrapper.amdsmi_processor_handle(nearest[0])
     assert real.amdsmi_topo_get_link_type(h, peer) == {"hops": 1, "type": 2}
+
+
+def test_the_real_package_reports_the_library_and_refuses_an_unsafe_one(
+    clock: FakeClock, real_amdsmi: ModuleType, attach: Callable[[SimNode], SimProvider]
+) -> None:
+    from fleetd.collect.amdsmi_backend import AmdSmiBackend
+    from fleetd.errors import BackendError
+
+    node = build_node("MI355X", seed=3, clock=clock)
+    attach(node)
+    backend = AmdSmiBackend(real_amdsmi)
+    try:
+        assert (backend.abi.package, backend.abi.library) == ("7.0.2", "26.1.0")
+        assert backend.abi.verdict == "validated"
+    finally:
+        backend.close()
+    node.library_version = (26, 4, 0, "7.13.0")  # the node's ROCm upgraded under the wheel
+    with pytest.raises(BackendError, match="176 bytes past the gpu_metrics buffer"):
+        AmdSmiBackend(real_amdsmi)
+
+
+def test_fleetds_event_reader_reads_the_real_package_as_the_stand_in(faces: Faces) -> None:
+    """fleetd's one-thread KFD reader (fleetd.events.driver_events) over the real amdsmi
+    7.0.2 and over the stand-in: the same events of every GPU, the same decoded fields, and
+    the PAGE_FAULT_START trap handled the same way (the real enum has the value-8 alias)."""
+    from fleetd.events.driver_events import DEVICE_WIDE, AmdSmiEventSource
+
+    sources = []
+    for a in (faces.sim, faces.real):
+        handles = a.amdsmi_get_processor_handles()
+        source = AmdSmiEventSource(
+            a, lambda h=handles: list(enumerate(h)), lambda _e: None,
+            kinds=(*DEVICE_WIDE, "page_fault_start"), now=faces.clock.now,
+        )  # fmt: skip
+        assert source.open() == len(handles)
+        assert source.kind_of("PAGE_FAULT_START") == "page_fault_end"
+        assert "page_fault_start" not in source.kinds
+        sources.append(source)
+    faces.node.inject(2, "vm_fault", pid=0x4242, process="python3")
+    faces.node.inject(4, "power_excursion")
+    faces.clock.advance(5)
+    seen = []
+    for source in sources:
+        events = source.read_once()
+        assert events is not None
+        seen.append(sorted((e.gpu, e.kind, tuple(sorted(e.fields.items()))) for e in events))
+        source.close()
+    assert seen[0] == seen[1]
+    assert (2, "vmfault", (("pid", 0x4242), ("task", "python3"))) in seen[1]
+    assert any(gpu == 4 and kind == "thermal_throttle" for gpu, kind, _ in seen[1])

@@ -110,9 +110,22 @@ def test_retry_and_timeout_have_their_own_exception_classes(faces: Faces) -> Non
         assert (entries, data, status) == ({}, [], 0)
 
 
+def test_xgmi_error_status_is_inval_on_gfx950_and_the_fault_counts_as_xgmi_wafl(
+    faces: Faces,
+) -> None:
+    faces.node.inject(2, "xgmi_link_down", link=0)
+    for a, h in both(faces):
+        with pytest.raises(a.AmdSmiLibraryException) as raised:
+            a.amdsmi_gpu_xgmi_error_status(h)
+        assert raised.value.get_error_code() == 1  # AMDSMI_STATUS_INVAL (sysfs EINVAL)
+        wafl = a.amdsmi_get_gpu_ecc_count(h, a.AmdSmiGpuBlock.XGMI_WAFL)
+        assert wafl == {"correctable_count": 4, "uncorrectable_count": 1, "deferred_count": 0}
+
+
 def test_xgmi_error_status_is_a_plain_int(faces: Faces) -> None:
+    faces.node.xgmi_error_status_readable = True  # a DF 3.6 part (MI2xx): the legacy path
     faces.node.inject(2, "xgmi_link_down", link=0)
     for a, h in both(faces):
         status = a.amdsmi_gpu_xgmi_error_status(h)
         assert type(status) is int and status == 1
-        assert a.amdsmi_get_gpu_xgmi_link_status(h)["status"].count("D") == 1
+        assert a.amdsmi_get_gpu_xgmi_link_status(h)["status"].count("D") == 2  # + its own port

@@ -184,7 +184,7 @@ def test_the_daemons_heartbeat_job(pg_url: str, agent: Agent) -> None:
 def test_the_fleet_limit_tables_are_the_ones_remediation_writes() -> None:
     from fleetd.registry.reader import BREAKER_TABLE, LEASES_TABLE, NODE_COLUMNS, NODES_TABLE
     from fleetd.registry.store import nodes_table
-    from fleetd.store.journal import breaker_table, leases_table
+    from fleetd.remedy.journal import breaker_table, leases_table
 
     assert (leases_table.name, breaker_table.name) == (LEASES_TABLE, BREAKER_TABLE)
     assert nodes_table.name == NODES_TABLE
@@ -242,3 +242,45 @@ def test_two_publishers_creating_the_table_at_once(pg_url: str) -> None:
     with engine.connect() as conn:
         assert conn.execute(text("select count(*) from fleet_nodes")).scalar() == 2
     engine.dispose()
+
+
+def test_a_registry_table_from_before_out_of_service_reads_and_is_upgraded(
+    tmp_path: Path,
+) -> None:
+    """An older fleetd created the table without gpus_in_service: fleetctl still reads it,
+    and the first newer agent adds the column."""
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    old = create_engine(url)
+    with old.begin() as conn:
+        conn.execute(
+            text(
+                "CREATE TABLE fleet_nodes (node VARCHAR(255) PRIMARY KEY, address VARCHAR(512),"
+                " heartbeat_at FLOAT NOT NULL, health VARCHAR(16) NOT NULL, gpus_total INTEGER"
+                " NOT NULL, gpus_healthy INTEGER NOT NULL, hottest_junction_c FLOAT, power_w"
+                " FLOAT, alerts_critical INTEGER NOT NULL, alerts_warning INTEGER NOT NULL,"
+                " alerts_info INTEGER NOT NULL, remediation VARCHAR(512) NOT NULL,"
+                " remediation_active BOOLEAN NOT NULL, data_age_s FLOAT, reasons TEXT NOT NULL,"
+                " version VARCHAR(64) NOT NULL)"
+            )
+        )
+        conn.execute(
+            text(
+                "INSERT INTO fleet_nodes VALUES ('old', NULL, 100.0, 'healthy', 8, 8, NULL,"
+                " NULL, 0, 0, 0, '-', 0, 1.0, '[]', '0.0.9')"
+            )
+        )
+    old.dispose()
+    reader = RegistryReader(url)
+    publisher = RegistryPublisher(url, address="http://new:9477")
+    try:
+        (node,) = reader.fleet(110.0, stale_after=60)
+        assert node.summary.gpus_in_service is None and node.summary.serving == 8
+        drained = {**fake_status("new", "out_of_service", healthy=7), "gpus_in_service": 7}
+        publisher.publish(drained, 110.0)
+        reader.close()
+        by_name = {n.summary.node: n.summary for n in reader.fleet(110.0, stale_after=60)}
+        assert by_name["new"].health == "out_of_service"
+        assert by_name["new"].gpus_in_service == 7 and by_name["old"].serving == 8
+    finally:
+        publisher.close()
+        reader.close()

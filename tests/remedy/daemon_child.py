@@ -3,7 +3,8 @@
 Usage: python daemon_child.py SPEC.json. The spec names the database, the fleetd.yaml-shaped
 config, the backend server URL, whether to raise the fault alert (first start only) and where
 to kill itself: ``"crash": ["StopUnit", "after"]`` sends SIGKILL to this process just after
-the first ``systemctl stop`` — no cleanup, no flush, exactly what a crash leaves behind.
+the first ``systemctl stop`` (``"during"``: one second into the call) — no cleanup, no
+flush, exactly what a crash leaves behind.
 Exits 0 once no run is active.
 """
 
@@ -13,6 +14,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -22,7 +24,7 @@ from fleetd.clock import SystemClock
 from fleetd.config import FleetdConfig
 from fleetd.logs import configure_logging
 from fleetd.remedy import machine as m
-from fleetd.remedy.wiring import build_remediation
+from fleetd.remedy_wiring import build_remediation
 from fleetd.store.db import Database
 from tests.remedy.remote import RemoteBackend, RemotePoller
 from tests.remedy.rig import ue_transition
@@ -49,6 +51,8 @@ def main() -> int:
         def carry_out(run: m.Run, cmd: m.Command, now: float) -> m.Event | None:
             if isinstance(cmd, kind) and when == "before":
                 os.kill(os.getpid(), signal.SIGKILL)
+            if isinstance(cmd, kind) and when == "during":  # killed inside a slow call
+                threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGKILL)).start()
             result = original(run, cmd, now)
             if isinstance(cmd, kind) and when == "after":
                 os.kill(os.getpid(), signal.SIGKILL)

@@ -65,7 +65,14 @@ class World:
     holders: Callable[[float], tuple[str, ...]] = lambda now: ()
     reset_error: str | None = None
     present: Callable[[float], tuple[str, ...]] | None = None
-    health: Callable[[float], m.HealthResult] = lambda now: m.HealthResult((), ((3, 5.0),))
+    # a driver that keeps its RAS counts across the reset: GPU 3's 5 old uncorrectable errors
+    # and its 40 correctable ones read the same before and after
+    health: Callable[[float], m.HealthResult] = lambda now: m.HealthResult(
+        (), ((3, 5.0),), ((3, 40.0),)
+    )
+    baseline: Callable[[float], m.BaselineResult] = lambda now: m.BaselineResult(
+        ((3, 5.0),), ((3, 40.0),)
+    )
     ready_after: float = 0.0
     never_ready: frozenset[str] = frozenset()
     unroute_error: dict[str, str] = field(default_factory=dict)
@@ -89,6 +96,8 @@ class World:
             return m.StopResult(cmd.worker, self.stop_error.get(cmd.worker))
         if isinstance(cmd, m.CheckProcesses):
             return m.ProcessResult(self.holders(now))
+        if isinstance(cmd, m.CaptureBaseline):
+            return self.baseline(now)
         if isinstance(cmd, m.ResetGpu):
             return m.ResetResult(self.reset_error)
         if isinstance(cmd, m.RequestReboot):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
@@ -21,6 +21,7 @@ from fleetd.collect.amdsmi_backend import AmdSmiBackend
 from fleetd.collect.poller import Poller
 from fleetd.errors import BackendError
 from fleetd.model import GpuIdentity, Reading, Snapshot
+from fleetd.sim.loopback import LoopbackHTTPServer
 
 
 class BackendServer:
@@ -28,7 +29,7 @@ class BackendServer:
         self.backend = backend
         self.poller = poller
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server = LoopbackHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()
 

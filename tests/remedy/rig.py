@@ -22,9 +22,10 @@ from fleetd.config import FleetdConfig
 from fleetd.model import Alert, AlertKey, AlertState, Severity, Transition, make_labels
 from fleetd.remedy import machine as m
 from fleetd.remedy.events import RemediationEvent
+from fleetd.remedy.holders import KfdInspector
 from fleetd.remedy.lease import FleetLease
 from fleetd.remedy.service import Remediation
-from fleetd.remedy.wiring import build_remediation
+from fleetd.remedy_wiring import build_remediation
 from fleetd.sim import SimNode, SimulatedAmdSmi, build_node
 from fleetd.sim.vllm_worker import StandInFleet
 from fleetd.store.db import Database, sqlite_url
@@ -83,6 +84,7 @@ class Rig:
     sink: Sink
     lease: FleetLease | None = None
     node_name: str = NODE
+    kfd: KfdInspector | None = None
     remediation: Remediation = field(init=False)
     backend: AmdSmiBackend = field(init=False)
     poller: Poller = field(init=False)
@@ -110,6 +112,7 @@ class Rig:
             clock=self.clock,
             sink=self.sink,
             lease=self.lease,
+            kfd=self.kfd,
         )
 
     def stop_daemon(self) -> None:
@@ -175,10 +178,12 @@ def make_rig(
     lease: FleetLease | None = None,
     startup_s: float = 20.0,
     own_systemctl: bool = False,
+    model: str = "MI355X",
+    kfd: KfdInspector | None = None,
 ) -> Rig:
     """``own_systemctl`` names this fleet's stand-in by path instead of relying on PATH (two
     rigs in one test would otherwise share whichever ``systemctl`` PATH finds first)."""
-    sim = build_node("MI355X", seed=3, clock=clock)
+    sim = build_node(model, seed=3, clock=clock)
     sim.set_load(None, 0.5)
     fleet = StandInFleet(tmp / "standin", clock=clock, processes=sim)
     for gpu in workers_on:
@@ -213,7 +218,9 @@ def make_rig(
         }
     )
     url = db_url or sqlite_url(tmp / "fleetd.db")
-    return Rig(tmp, clock, sim, fleet, url, config, Sink(), lease=lease, node_name=node_name)
+    return Rig(
+        tmp, clock, sim, fleet, url, config, Sink(), lease=lease, node_name=node_name, kfd=kfd
+    )
 
 
 def path_with(bin_dir: Path) -> str:

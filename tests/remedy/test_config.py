@@ -12,7 +12,7 @@ from fleetd.errors import ConfigError
 
 def load(tmp_path: Path, text: str) -> tuple[Path, FleetdConfig]:
     path = tmp_path / "fleetd.yaml"
-    path.write_text(text)
+    path.write_text(text + "alerting: {receivers: [{name: c, console: [{}]}]}\n")  # required
     return path, load_config(path)
 
 
@@ -24,7 +24,12 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
     assert rc.budget.max_resets == 3 and rc.budget.window == 86400
     assert rc.drain.idle_reads == 2 and rc.drain.on_timeout == "proceed"
     assert rc.reboot is None and cfg.registry.url is None
-    assert rc.plans == {"reset": "reset", "quarantine": "quarantine", "reboot": "reboot"}
+    assert rc.plans == {
+        "reset": "reset",
+        "quarantine": "quarantine",
+        "reboot": "reboot",
+        "afid": "afid",
+    }
 
 
 def test_yaml_on_and_off_mean_the_modes(tmp_path: Path) -> None:

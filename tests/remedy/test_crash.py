@@ -4,7 +4,9 @@ A ``Crash`` (a BaseException, so no ``except Exception`` in fleetd can swallow i
 just before or just after the executor carries out one kind of command — the moment a
 SIGKILL would leave the world half-changed. Then every object is dropped and built again
 from the same SQLite file, while the simulated hardware and the stand-in workers carry on.
-The run must complete exactly once: one run, at most one reset, every worker back.
+The run must conclude exactly once: one run, at most one reset, every worker back — except
+when the reset call itself never happened: then the fault is still there and the run must
+not pass it.
 """
 
 from __future__ import annotations
@@ -96,21 +98,25 @@ def test_killed_at_each_step_the_run_completes_exactly_once(
     rig.run_until_settled()
 
     [run] = rig.remediation.runs()
-    assert run.state is m.RunState.DONE, (run.state, run.outcome)
     assert run.resumed == 1 or kind is m.ReleaseLease  # concluded before the lease went
     resets = rig.sim.reset_count()
-    if kind is m.ResetGpu and when == "before":
-        # the intent was journaled but the call never made: verified, never reset twice
-        assert resets == 0
-    else:
-        assert resets == 1
     worker = rig.fleet.workers["gpu3"]
-    assert worker.state() == "active" and worker.in_rotation
+    if kind is m.ResetGpu and when == "before":
+        # the intent was journaled but the call never made: the GPU was never reset and its
+        # error is still counted, so the run must not pass it — out of service, a human told
+        assert resets == 0
+        assert run.state is m.RunState.QUARANTINED, (run.state, run.outcome)
+        assert "still counted after the reset" in (run.outcome or "")
+        assert not worker.in_rotation
+    else:
+        assert run.state is m.RunState.DONE, (run.state, run.outcome)
+        assert resets == 1
+        assert worker.state() == "active" and worker.in_rotation
+        assert rig.remediation.status().gpus_out_of_service == 0
     assert worker.aborted == 0
     events = rig.remediation.events(run.run_id)
     assert [e.kind for e in events].count("reset_intent") == 1
     assert [e.seq for e in events] == list(range(1, len(events) + 1))  # no gap, no repeat
-    assert rig.remediation.status().gpus_out_of_service == 0
     # every journaled event reached the notifier (at least once), none is pending
     delivered = {e.event_id for e in rig.sink.events}
     assert {e.event_id for e in events} <= delivered

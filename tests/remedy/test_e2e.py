@@ -101,10 +101,23 @@ def test_uncorrectable_error_on_gpu3_drains_the_hive_resets_once_and_readmits(ri
     assert ue and all(v == 0 for v in ue)
 
 
-def test_persistent_fault_spends_the_budget_then_quarantines_and_pages(small: Rig) -> None:
-    small.sim.inject(3, "ecc_uncorrectable", persistent=True)
+def test_a_persistent_fault_fails_verification_and_quarantines_at_once(small: Rig) -> None:
+    small.sim.inject(3, "ecc_uncorrectable", persistent=True)  # back after every reset
+    [run_id] = small.fault(3)
+    small.run_until_settled()
+    run = small.run(run_id)
+    assert run.state is m.RunState.QUARANTINED and run.reset_count == 1
+    assert (run.outcome or "").startswith("verification failed: GPU 3:")
+    assert small.sim.reset_count() == 1
+    gpu3 = small.fleet.workers["gpu3"]
+    assert gpu3.state() == "inactive" and not gpu3.in_rotation
+    assert small.sink.alerts()[-1].severity == "critical"
+
+
+def test_a_recurring_fault_spends_the_budget_then_quarantines_and_pages(small: Rig) -> None:
     runs = []
     for _ in range(4):
+        small.sim.inject(3, "ecc_uncorrectable")  # a new fault each time; each reset clears it
         [run_id] = small.fault(3)
         small.run_until_settled()
         runs.append(small.run(run_id))
@@ -431,3 +444,16 @@ def test_a_hive_reset_leaves_an_already_quarantined_gpu_out(
         assert "GPUs 5 stay held out of service" in rig.remediation.events(run_id)[0].message
     finally:
         rig.close()
+
+
+def test_an_unknown_hive_resets_the_whole_node_and_the_plan_says_why(small: Rig) -> None:
+    # amdsmi_get_xgmi_info fails at discovery for GPU 2: its hive (and so what a reset of it
+    # touches) is unknown, so the unit fails safe to the whole node, not to GPU 2 alone
+    small.sim.inject(2, "unsupported_fields", calls=["amdsmi_get_xgmi_info"], status="FILE_ERROR")
+    small.restart_daemon()
+    small.sim.inject(2, "ecc_uncorrectable")
+    [run_id] = small.fault(2)
+    run = small.run(run_id)
+    assert run.gpu_indices == tuple(range(8))
+    said = [e.message for e in small.remediation.events(run_id) if e.kind == "policy"]
+    assert said and "whole node" in said[0] and "amdsmi_get_xgmi_info" in said[0], said

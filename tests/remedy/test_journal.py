@@ -10,8 +10,8 @@ import pytest
 
 from fleetd.remedy import machine as m
 from fleetd.remedy.events import RemediationEvent
+from fleetd.remedy.journal import PauseState, RunJournal
 from fleetd.store.db import Database, sqlite_url
-from fleetd.store.journal import PauseState, RunJournal
 
 from .machine_world import NOW, new_run
 

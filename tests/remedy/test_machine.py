@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -165,10 +166,13 @@ def test_reboot_that_never_happens_quarantines() -> None:
 
 def test_new_uncorrectable_errors_during_verification_fail_at_once() -> None:
     counts = iter([1.0, 1.0, 2.0, 2.0])
-    world = World(health=lambda now: m.HealthResult((), ((3, next(counts)),)))
+    world = World(
+        health=lambda now: m.HealthResult((), ((3, next(counts)),), ((3, 9.0),)),
+        baseline=lambda now: m.BaselineResult(((3, 1.0),), ((3, 9.0),)),
+    )
     run, cmds, _ = drive(world, new_run(verify_polls=5), NOW)
     assert run.state is m.RunState.QUARANTINED
-    assert "1 new uncorrectable errors" in (run.outcome or "")
+    assert "GPU 3: 1 new uncorrectable error(s) since the reset" in (run.outcome or "")
     assert commands_of(cmds, m.StartUnit) == []  # workers stay down
 
 
@@ -537,3 +541,84 @@ def test_a_resume_at_any_point_still_concludes_with_one_reset(
     if plan is m.Plan.RESET:
         assert run.state is m.RunState.DONE
         assert len(commands_of(issued, m.ResetGpu)) == 1
+
+
+# ---------------------------------------------------- verification against the pre-reset baseline
+def _counts(*values: float, ce: float | None = 40.0) -> Callable[[float], m.HealthResult]:
+    """GPU 3's uncorrectable counts poll after poll (the last repeats); ``ce``: its
+    correctable count after the reset (None: not read)."""
+    seq = iter(values)
+    last = [values[-1]]
+
+    def health(now: float) -> m.HealthResult:
+        last[0] = next(seq, last[0])
+        return m.HealthResult((), ((3, last[0]),), () if ce is None else ((3, ce),))
+
+    return health
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "ce_after", "state"),
+    [
+        (1.0, (1.0, 1.0, 1.0), 40.0, m.RunState.DONE),  # the driver kept its counts
+        (1.0, (0.0, 0.0, 0.0), 0.0, m.RunState.DONE),  # the reset zeroed them
+        (1.0, (0.0, 1.0), 0.0, m.RunState.QUARANTINED),  # zeroed, then a new error
+        (5.0, (2.0,), 0.0, m.RunState.QUARANTINED),  # zeroed and already counting again
+        (1.0, (2.0,), 40.0, m.RunState.QUARANTINED),  # kept, plus one
+        # zeroed, as the correctable count shows, and the error came straight back
+        (1.0, (1.0,), 0.0, m.RunState.QUARANTINED),
+        # nothing tells whether the reset cleared anything: never passed
+        (1.0, (1.0,), None, m.RunState.QUARANTINED),
+    ],
+)
+def test_verification_reads_counts_against_the_baseline_taken_before_the_reset(
+    before: float, after: tuple[float, ...], ce_after: float | None, state: m.RunState
+) -> None:
+    ce_before = 40.0 if ce_after is not None else None
+    world = World(
+        health=_counts(*after, ce=ce_after),
+        baseline=lambda now: m.BaselineResult(
+            ((3, before),), () if ce_before is None else ((3, ce_before),)
+        ),
+    )
+    run, _, _ = drive(world, new_run(), NOW)
+    assert run.state is state, run.outcome
+    assert run.ue_baseline == ((3, before),)
+
+
+def test_an_unproven_reset_says_why_it_cannot_pass() -> None:
+    world = World(health=_counts(1.0, ce=None), baseline=lambda now: m.BaselineResult(((3, 1.0),)))
+    run, _, _ = drive(world, new_run(), NOW)
+    assert run.outcome == (
+        "verification failed: GPU 3: 1 uncorrectable error(s) still counted after the reset, "
+        "which gave no sign it cleared them"
+    )
+
+
+def test_the_baseline_is_read_after_the_release_check_and_carried_into_the_reset() -> None:
+    world = World(
+        baseline=lambda now: m.BaselineResult(((3, 2.0),), ((3, 7.0),)),
+        health=lambda now: m.HealthResult((), ((3, 2.0),), ((3, 7.0),)),
+    )
+    run, cmds, _ = drive(world, new_run(), NOW)
+    assert run.state is m.RunState.DONE
+    order = [type(c) for c in cmds if isinstance(c, m.CheckProcesses | m.CaptureBaseline)]
+    assert order == [m.CheckProcesses, m.CaptureBaseline]
+    at = next(i for i, c in enumerate(cmds) if isinstance(c, m.CaptureBaseline))
+    reset_at = next(i for i, c in enumerate(cmds) if isinstance(c, m.ResetGpu))
+    assert at < reset_at and "reset_intent" in kinds(cmds[at:reset_at])
+    # the step that issues the reset returns the run (journaled before it) with the baseline
+    held = replace(new_run()[0], state=m.RunState.RELEASE_CHECK)
+    step_run, step_cmds = m.step(held, m.BaselineResult(((3, 2.0),)), NOW)
+    assert step_run.state is m.RunState.RESETTING and step_run.ue_baseline == ((3, 2.0),)
+    assert [type(c) for c in step_cmds] == [m.Record, m.ResetGpu]
+    assert any("before the reset: GPU 3: 2" in line for line in step_run.evidence)
+
+
+def test_without_a_baseline_the_first_poll_after_the_reset_stands_in() -> None:
+    world = World(
+        health=_counts(4.0, 4.0, 5.0), baseline=lambda now: m.BaselineResult(error="timeout")
+    )
+    run, _, _ = drive(world, new_run(verify_polls=3), NOW)
+    assert run.state is m.RunState.QUARANTINED
+    assert any("no pre-reset baseline: timeout" in line for line in run.evidence)

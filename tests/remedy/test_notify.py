@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from fleetd.alert.config import AlertingConfig
 from fleetd.alert.dispatch import Dispatcher
+from fleetd.alert.notification import ChangeEvent
 from fleetd.clock import FakeClock
+from fleetd.model import AlertKey, Transition, make_labels
 from fleetd.remedy import machine as m
 from fleetd.remedy.notify import HELD_ALERT, DispatcherSink, EventLogSink, change_event
 from fleetd.store.db import Database, sqlite_url
@@ -47,35 +50,66 @@ def test_a_run_in_progress_mutes_follow_on_alerts_and_a_quarantine_pages(
     [run_id] = rig.fault(3)
     rig.clock.advance(1)
     rig.remediation.tick(rig.clock.now())
-    # a follow-on alert for GPU 3 while the run holds it: inhibited by the in-progress alert
-    follow = ue_transition(3, rig.clock.now(), plan=None)
-    dispatcher.submit([follow], rig.clock.now())
-    dispatcher.tick(rig.clock.now())
-    states = {a["fingerprint"]: a for a in dispatcher.alerts(rig.clock.now())}
-    mine = states[follow.alert.key.fingerprint()]
-    assert mine.get("inhibitedBy"), mine
+    now = rig.clock.now()
+    # a consequence of the reset on GPU 3 while the run holds it: inhibited by the in-progress
+    # alert; the alert that started the run (named in caused_by) never is
+    trigger = ue_transition(3, now)
+    follow = replace(
+        trigger,
+        alert=replace(
+            trigger.alert,
+            key=AlertKey("GpuMissing", trigger.alert.key.labels),
+            labels=make_labels({**dict(trigger.alert.labels), "alertname": "GpuMissing"}),
+            remediation_plan=None,
+        ),
+    )
+    dispatcher.submit([trigger, follow], now)
+    dispatcher.tick(now)
+    states = {a.alert.fingerprint: a for a in dispatcher.alerts(now)}
+    assert states[follow.alert.key.fingerprint()].inhibited_by
+    progress = [
+        a for a in dispatcher.alerts(now) if a.alert.alertname == "GpuRemediationInProgress"
+    ]
+    assert len(progress) == 8
+    assert {a.alert.annotation("caused_by") for a in progress} == {trigger.alert.key.fingerprint()}
     rig.run_until_settled()
     assert rig.run(run_id).state is m.RunState.QUARANTINED
     now = rig.clock.now()
     dispatcher.tick(now + 60)
-    held = [a for a in dispatcher.alerts(now) if dict(a["labels"]).get("alertname") == HELD_ALERT]  # type: ignore[arg-type]
-    assert len(held) == 8 and {dict(a["labels"])["severity"] for a in held} == {"critical"}  # type: ignore[arg-type]
+    held = [a for a in dispatcher.alerts(now) if a.alert.alertname == HELD_ALERT]
+    # one incident for the unit, naming the GPU that faulted and listing the unit once
+    assert len(held) == 1
+    labels = dict(held[0].alert.labels)
+    assert labels["severity"] == "critical" and labels["gpu"] == "3"
+    assert labels["gpus"] == "0,1,2,3,4,5,6,7"
     text = stream.getvalue()
-    assert "resetting GPU 3 once" in text and HELD_ALERT in text
-    # a person brings the hive back: the held alerts resolve, nothing stays "in progress"
+    assert "GPU 3 reset once" in text and HELD_ALERT in text
+    # a person brings the hive back: the held alert resolves, nothing stays "in progress"
     rig.remediation.undrain(3, who="oncall", why="replaced riser", now=rig.clock.now())
     rig.run_until_settled()
     later = rig.clock.now() + 1
     dispatcher.tick(later)
     by_name: dict[str, set[object]] = {}
     for a in dispatcher.alerts(later):
-        by_name.setdefault(dict(a["labels"])["alertname"], set()).add(a["status"])  # type: ignore[arg-type]
+        by_name.setdefault(a.alert.alertname, set()).add(a.alert.status)
     assert by_name == {
-        "GpuUncorrectableEcc": {"firing"},  # the rules engine's own alert, submitted above
+        "GpuUncorrectableEcc": {"firing"},  # the rules engine's own alerts, submitted above
+        "GpuMissing": {"firing"},
         HELD_ALERT: {"resolved"},
         "GpuRemediationInProgress": {"resolved"},
     }
-    assert dispatcher.status(later)["alerts"] == {"firing": 1, "resolved": 16}
+    assert dispatcher.status(later)["alerts"] == {"firing": 2, "resolved": 9}
+
+
+def missing_transition(gpu: int, at: float) -> Transition:
+    """The rules engine's GpuMissing alert: a consequence of the reset, not a fault of its own."""
+    ue = ue_transition(gpu, at, plan=None)
+    alert = replace(
+        ue.alert,
+        key=AlertKey("GpuMissing", ue.alert.key.labels),
+        labels=make_labels({**dict(ue.alert.labels), "alertname": "GpuMissing"}),
+    )
+    return replace(ue, alert=alert)
 
 
 def test_change_event_carries_the_trigger_and_evidence(
@@ -113,3 +147,61 @@ def test_event_log_rows_name_the_gpu_and_the_person(
     assert first.kind == "remediation" and first.data["run_id"] == run_id
     assert len(rows) == len(rig.remediation.events())  # every step, once
     assert [r.message for r in log.query(node=rig.node_name, gpu=3)]  # queryable by GPU
+
+
+class Recorder:
+    """The two dispatcher inputs remediation uses, recorded."""
+
+    def __init__(self) -> None:
+        self.changes: list[ChangeEvent] = []
+        self.transitions: list[Transition] = []
+
+    def submit(self, transitions: Sequence[Transition], now: float) -> None:
+        self.transitions += transitions
+
+    def submit_change(self, event: ChangeEvent, now: float) -> int:
+        self.changes.append(event)
+        return 1
+
+
+def test_a_run_speaks_once_per_milestone_with_worker_detail_inside(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rig = make_rig(tmp_path, clock)  # eight workers, one per GPU
+    monkeypatch.setenv("PATH", path_with(rig.fleet.bin_dir))
+    recorder = Recorder()
+    rig.remediation.executor._sink = DispatcherSink(recorder)
+    try:
+        [run_id] = rig.fault(3)
+        rig.run_until_settled()
+        assert rig.run(run_id).state is m.RunState.DONE
+    finally:
+        rig.close()
+    kinds = [dict(c.labels)["kind"] for c in recorder.changes]
+    assert kinds == ["run_planned", "reset_done", "done"]
+    assert {c.thread for c in recorder.changes} == {run_id}
+    planned, reset, done = (c.summary for c in recorder.changes)
+    assert "reset of GPUs 0-7 planned for alert GpuUncorrectableEcc on GPU 3" in planned
+    assert "workers to drain: gpu0, gpu1, gpu2, gpu3, gpu4, gpu5, gpu6, gpu7" in planned
+    assert "GPU 3 reset once; the reset reached GPUs 0-7 (workers stopped: gpu0," in reset
+    assert "back in service after the reset and 3 healthy polls" in done
+    assert all(c.summary.count(rig.node_name) == 1 for c in recorder.changes)
+    # the journal keeps every step; only the milestones were notified
+    assert len(rig.remediation.events(run_id)) > 40
+
+
+def test_a_dry_run_says_so_once(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rig = make_rig(tmp_path, clock, workers_on=(3,), remediation={"mode": "dry-run"})
+    monkeypatch.setenv("PATH", path_with(rig.fleet.bin_dir))
+    recorder = Recorder()
+    rig.remediation.executor._sink = DispatcherSink(recorder)
+    try:
+        rig.fault(3)
+        rig.run_until_settled()
+    finally:
+        rig.close()
+    assert [c.summary.count("dry-run") for c in recorder.changes] == [1, 1, 1]
+    assert recorder.changes[0].summary.startswith(f"[dry-run] {rig.node_name}: reset of GPUs")
+    assert recorder.transitions == []  # a dry run raises no alert

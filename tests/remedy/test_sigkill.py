@@ -22,10 +22,10 @@ from fleetd.collect.amdsmi_backend import AmdSmiBackend
 from fleetd.collect.collectors import default_collectors
 from fleetd.collect.poller import Poller
 from fleetd.remedy import machine as m
+from fleetd.remedy.journal import RunJournal
 from fleetd.sim import SimNode, SimulatedAmdSmi, build_node
 from fleetd.sim.vllm_worker import StandInFleet
 from fleetd.store.db import Database, sqlite_url
-from fleetd.store.journal import RunJournal
 
 from .remote import BackendServer
 from .rig import NODE
@@ -122,10 +122,41 @@ def test_sigkill_mid_run_then_restart_completes_once(node: Node, crash: tuple[st
         assert journal.undelivered(NODE) == []  # every journaled event was handed out
     finally:
         db.dispose()
-    assert run.state is m.RunState.DONE, run.outcome
     assert run.resumed == 1
-    assert node.sim.reset_count() == (0 if crash == ("ResetGpu", "before") else 1)
     assert [e.kind for e in events].count("reset_intent") == 1
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     worker = node.fleet.workers["gpu3"]
+    if crash == ("ResetGpu", "before"):
+        # killed with the intent journaled and the call never made: the fault is still
+        # counted, so the run ends out of service, never "done" (and never a second reset)
+        assert node.sim.reset_count() == 0
+        assert run.state is m.RunState.QUARANTINED, run.outcome
+        assert not worker.in_rotation
+        return
+    assert run.state is m.RunState.DONE, run.outcome
+    assert node.sim.reset_count() == 1
     assert worker.state() == "active" and worker.in_rotation
+
+
+@pytest.mark.slow
+def test_killed_inside_a_slow_reset_the_restarted_run_finds_the_reset_happened(
+    node: Node,
+) -> None:
+    """The reset call blocks for 3 s and the daemon dies 1 s into it. The hive was reset
+    (amdgpu's recovery does not stop with its caller); the restarted daemon must neither
+    reset again nor take it on trust: the unit's RAS counters, zeroed against the baseline
+    journaled before the call, show it happened, and the GPUs verify clean."""
+    node.sim.reset_call_s = 3.0
+    node.sim.inject(3, "ecc_uncorrectable")
+    assert node.daemon(fault=True, crash=("ResetGpu", "during")) == -signal.SIGKILL
+    node.sim.reset_call_s = 0.0
+    assert node.daemon(fault=False, crash=None) == 0
+    db = Database.open(node.db_url)
+    try:
+        [run] = RunJournal(db).runs(NODE)
+    finally:
+        db.dispose()
+    assert run.state is m.RunState.DONE, run.outcome
+    assert node.sim.reset_count() == 1
+    assert any("counters after the reset: zeroed" in line for line in run.evidence)
+    assert node.fleet.workers["gpu3"].in_rotation

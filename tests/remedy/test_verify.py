@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fleetd.model import Reading, Snapshot, make_labels
+from dataclasses import replace
+
+from fleetd.model import Alert, AlertKey, AlertState, Reading, Severity, Snapshot, make_labels
 from fleetd.remedy import verify
 
 NOW = 1_767_225_600.0
@@ -70,3 +72,71 @@ def test_gpus_outside_the_unit_are_ignored_and_absent_links_are_not_checked() ->
     readings = [r(verify.UP, 0, 1), r(verify.UP, 1, 0)]
     result = verify.assess(snap(readings), [0])
     assert result.problems == () and result.ue_counts == ()
+
+
+def test_deferred_errors_count_with_uncorrectable_ones() -> None:
+    readings = [*healthy(0, ue=2), r(verify.ECC, 0, 3, type="deferred")]
+    assert verify.assess(snap(readings), [0]).ue_counts == ((0, 5.0),)
+
+
+# ------------------------------------------------------------------ the rules have a say
+def alert(
+    rule: str, gpu: int, severity: Severity = Severity.CRITICAL, *, clear_since: float | None = None
+) -> Alert:
+    key = AlertKey(rule, make_labels({"gpu": gpu}))
+    labels = make_labels({"gpu": gpu, "alertname": rule, "severity": severity.value})
+    return Alert(
+        key, AlertState.FIRING, severity, labels, keep_firing_since=clear_since, last_eval_at=NOW
+    )
+
+
+TRIGGER = alert("GpuEccUncorrectableError", 3)
+
+
+def problems(alerts: list[Alert], *, evaluated_at: float | None = NOW + 10) -> list[str]:
+    return verify.alert_problems(
+        alerts,
+        [0, 1, 2, 3],
+        trigger_fingerprint=TRIGGER.key.fingerprint(),
+        since=NOW,
+        evaluated_at=evaluated_at,
+    )
+
+
+def test_nothing_is_proven_until_the_rules_evaluate_after_the_reset() -> None:
+    assert problems([], evaluated_at=None) == problems([], evaluated_at=NOW) != []
+    assert problems([]) == []
+
+
+def test_the_trigger_still_holding_blocks_readmission() -> None:
+    found = problems([TRIGGER])
+    assert found == ["GPU 3: GpuEccUncorrectableError (the alert that started this run) holds"]
+
+
+def test_a_trigger_kept_open_by_its_run_but_clear_passes() -> None:
+    cleared = replace(TRIGGER, keep_firing_since=NOW + 5)
+    assert problems([cleared]) == []
+
+
+def test_critical_alerts_of_the_unit_block_and_others_do_not() -> None:
+    found = problems(
+        [
+            alert("GpuXgmiLinkDown", 1),
+            alert("GpuThermalThrottling", 2, Severity.WARNING),
+            alert("GpuXgmiLinkDown", 7),  # not in the unit
+            alert("GpuMissing", 0, clear_since=NOW + 1),  # seen clear after the reset
+        ]
+    )
+    assert found == ["GPU 1: GpuXgmiLinkDown (critical) holds"]
+
+
+def test_a_warning_trigger_blocks_too() -> None:
+    trigger = alert("GpuPcieReplayRate", 2, Severity.WARNING)
+    found = verify.alert_problems(
+        [trigger],
+        [2],
+        trigger_fingerprint=trigger.key.fingerprint(),
+        since=NOW,
+        evaluated_at=NOW + 1,
+    )
+    assert found == ["GPU 2: GpuPcieReplayRate (the alert that started this run) holds"]

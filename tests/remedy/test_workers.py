@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import socket
 import stat
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -14,9 +16,9 @@ import requests
 from pytest_httpserver import HTTPServer
 
 from fleetd.clock import FakeClock
-from fleetd.config import VllmWorkerConfig
 from fleetd.configbase import Secret
 from fleetd.errors import RemedyError
+from fleetd.remedy import machine as m
 from fleetd.remedy.commands import run_command
 from fleetd.remedy.config import (
     HttpHookConfig,
@@ -26,11 +28,13 @@ from fleetd.remedy.config import (
     WorkersConfig,
 )
 from fleetd.remedy.workers import CommandWorkers, SystemdWorkers
-from fleetd.remedy.workers.base import WorkerGone, read_load
 from fleetd.sim import build_node
 from fleetd.sim.vllm_worker import StandInFleet, StandInVllm
+from fleetd.vllm.client import Load, WorkerGone, read_load
+from fleetd.vllm.config import VllmWorkerConfig
 
-from .rig import path_with
+from .machine_world import new_run
+from .rig import make_rig, path_with
 
 
 @pytest.fixture
@@ -199,11 +203,107 @@ def test_command_adapter_without_ready_command_checks_vllm(
     tmp_path: Path, fleet: StandInFleet
 ) -> None:
     noop = script(tmp_path / "noop", "echo 0\n")
-    commands = WorkerCommandsConfig(drain=[noop], undrain=[noop], status=[noop])
+    commands = WorkerCommandsConfig(
+        drain=[noop], undrain=[noop], status=[noop], drain_stops_worker=True
+    )
     adapter = CommandWorkers(
         WorkersConfig(adapter="command", commands=commands), ReadmitConfig(), node="n1"
     )
     assert adapter.ready(cfg_of(fleet.workers["w0"])).ready
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ({}, "no stop command: the workers would keep their GPUs"),
+        ({"stop": ["/bin/true"]}, "a stop command needs a start command"),
+        (
+            {"stop": ["/bin/true"], "start": ["/bin/true"], "drain_stops_worker": True},
+            "not both",
+        ),
+    ],
+)
+def test_a_command_adapter_that_cannot_release_the_gpus_is_refused(
+    fields: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(ValueError, match=problem):
+        WorkerCommandsConfig(
+            drain=["/bin/true"], undrain=["/bin/true"], status=["/bin/true"], **fields
+        )
+
+
+def test_without_a_stop_command_the_journal_says_the_drain_ended_the_worker(
+    tmp_path: Path, fleet: StandInFleet
+) -> None:
+    noop = script(tmp_path / "noop", "echo 0\n")
+    commands = WorkerCommandsConfig(
+        drain=[noop], undrain=[noop], status=[noop], drain_stops_worker=True
+    )
+    adapter = CommandWorkers(
+        WorkersConfig(adapter="command", commands=commands), ReadmitConfig(), node="n1"
+    )
+    assert adapter.stop(cfg_of(fleet.workers["w0"])) == (
+        "the drain command ends the worker (drain_stops_worker)"
+    )
+
+
+@pytest.mark.parametrize("probe", ["after_undrain", "before_undrain"])
+def test_the_completion_probe_runs_where_a_self_draining_worker_answers_it(
+    tmp_path: Path, fleet: StandInFleet, probe: str
+) -> None:
+    """A worker that enforces its own drain rejects completions until undrain: the default
+    probe (after undrain) passes; the probe before undrain fails and says which it was."""
+    worker = fleet.workers["w0"]
+    flag = tmp_path / "drained"
+    flag.touch()
+    drain = script(tmp_path / "drain", f"touch {flag}\n")
+    undrain = script(tmp_path / "undrain", f"rm -f {flag}\n")
+    worker.refuse_completions_while = lambda: flag.exists()  # its own drain
+    commands = WorkerCommandsConfig(
+        drain=[drain],
+        undrain=[undrain],
+        status=[drain],
+        drain_stops_worker=True,
+        probe=probe,  # type: ignore[arg-type]
+    )
+    adapter = CommandWorkers(
+        WorkersConfig(adapter="command", commands=commands),
+        ReadmitConfig(completion_check=True),
+        node="n1",
+    )
+    readiness = adapter.ready(cfg_of(worker))
+    if probe == "after_undrain":
+        assert readiness.ready and "(after undrain)" in readiness.detail
+        assert not flag.exists()  # undrained by the probe; the machine's reroute repeats it
+    else:
+        assert not readiness.ready
+        assert readiness.detail == "probe before undrain failed: 1-token completion: HTTP 503"
+        assert flag.exists()
+
+
+def test_a_probe_that_fails_after_undrain_drains_the_worker_again(
+    tmp_path: Path, fleet: StandInFleet
+) -> None:
+    worker = fleet.workers["w0"]
+    flag = tmp_path / "drained"
+    flag.touch()
+    drain = script(tmp_path / "drain", f"touch {flag}\n")
+    undrain = script(tmp_path / "undrain", f"rm -f {flag}\n")
+    worker.refuse_completions_while = lambda: True  # a broken engine
+    commands = WorkerCommandsConfig(
+        drain=[drain], undrain=[undrain], status=[drain], drain_stops_worker=True
+    )
+    adapter = CommandWorkers(
+        WorkersConfig(adapter="command", commands=commands),
+        ReadmitConfig(completion_check=True),
+        node="n1",
+    )
+    readiness = adapter.ready(cfg_of(worker))
+    assert not readiness.ready
+    assert (
+        readiness.detail
+    ) == "probe after undrain failed: 1-token completion: HTTP 503; drained again"
+    assert flag.exists()
 
 
 def test_read_load_needs_both_gauges(httpserver: HTTPServer) -> None:
@@ -264,3 +364,44 @@ def test_run_command_failures_are_clear(tmp_path: Path) -> None:
     with pytest.raises(RemedyError, match="cannot run /nonexistent/tool"):
         run_command(["/nonexistent/tool"], timeout=5)
     assert run_command([bad], timeout=5, check=False).returncode == 4
+
+
+class Barrier:
+    """An adapter whose every call waits until ``parties`` calls are in flight at once:
+    run one after another they never meet, and the barrier breaks."""
+
+    def __init__(self, parties: int) -> None:
+        self.barrier = threading.Barrier(parties, timeout=5.0)
+        self.calls: list[str] = []
+
+    def _meet(self, worker: VllmWorkerConfig) -> None:
+        self.calls.append(worker.name)
+        self.barrier.wait()
+
+    def load(self, worker: VllmWorkerConfig) -> Load:
+        self._meet(worker)
+        return Load(0.0, 0.0)
+
+    def stop(self, worker: VllmWorkerConfig) -> str | None:
+        self._meet(worker)
+        return None
+
+
+def test_a_steps_per_worker_commands_run_side_by_side(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rig = make_rig(tmp_path, clock)  # eight workers
+    monkeypatch.setenv("PATH", path_with(rig.fleet.bin_dir))
+    try:
+        executor = rig.remediation.executor
+        adapter = Barrier(8)
+        executor._adapter = adapter  # type: ignore[assignment]
+        run = new_run(workers=tuple(f"gpu{i}" for i in range(8)))[0]
+        names = [f"gpu{i}" for i in range(8)]
+        loads = executor._carry_out_all(run, [m.ReadLoad(n) for n in names], clock.now())
+        assert [r.worker for r in loads] == names  # type: ignore[union-attr]
+        assert all(isinstance(r, m.LoadResult) and r.error is None for r in loads)
+        stops = executor._carry_out_all(run, [m.StopUnit(n) for n in names], clock.now())
+        assert all(isinstance(r, m.StopResult) and r.error is None for r in stops)
+    finally:
+        rig.close()

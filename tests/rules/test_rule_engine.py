@@ -10,7 +10,7 @@ from fleetd.clock import FakeClock
 from fleetd.model import AlertState, HealthState, Reading, make_labels
 from fleetd.rules.engine import EngineSettings, RuleEngine
 from fleetd.rules.loader import load_rule_set
-from fleetd.store.alert_state import AlertStateStore
+from fleetd.rules.state_store import AlertStateStore
 from fleetd.store.db import Database, sqlite_url
 from fleetd.store.memory import MemoryWindow
 

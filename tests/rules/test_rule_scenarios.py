@@ -8,6 +8,7 @@ else — and none fires during a simulated day of varying load on a healthy node
 from __future__ import annotations
 
 import http.server
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -20,14 +21,15 @@ from fleetd.clock import FakeClock
 from fleetd.collect.amdsmi_backend import AmdSmiBackend
 from fleetd.collect.collectors import default_collectors
 from fleetd.collect.poller import Poller
-from fleetd.collect.vllm import VllmScraper
-from fleetd.config import VllmWorkerConfig
 from fleetd.model import AlertState, HealthState
 from fleetd.rules.config import shipped_rules_dir
 from fleetd.rules.engine import EngineSettings, RuleEngine
 from fleetd.rules.loader import load_rule_set
 from fleetd.sim import SimulatedAmdSmi, start_scenario
+from fleetd.sim.loopback import LoopbackHTTPServer
 from fleetd.store.memory import MemoryWindow
+from fleetd.vllm.collector import VllmScraper
+from fleetd.vllm.config import VllmWorkerConfig
 
 SCENARIOS = Path(__file__).parent / "scenarios"
 RULES = load_rule_set([shipped_rules_dir()])
@@ -72,7 +74,7 @@ class StandInVllm:
             def log_message(self, *args: object) -> None:
                 return
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = LoopbackHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
@@ -100,13 +102,14 @@ def run_scenario(
     poll_s: float,
     workers: list[VllmWorkerConfig] | None = None,
     stand_in: StandInVllm | None = None,
-    gpu_timeout: float = 0.5,
+    gpu_timeout: float = 3.0,  # real seconds, generous under CI load; a hung call costs it once
 ) -> Run:
     clock = FakeClock()
     start = clock.now()
     path = SCENARIOS / f"{name}.yaml" if (SCENARIOS / f"{name}.yaml").exists() else name
     node, runner = start_scenario(path, clock)
-    backend = AmdSmiBackend(SimulatedAmdSmi(node))
+    sysfs = tempfile.TemporaryDirectory(prefix="fleetd-sysfs-")  # as on a node: /sys
+    backend = AmdSmiBackend(SimulatedAmdSmi(node), pci_root=node.attach_sysfs(Path(sysfs.name)))
     poller = Poller(
         backend, default_collectors(), node="sim", gpu_timeout=gpu_timeout, timer=clock.monotonic
     )
@@ -144,6 +147,7 @@ def run_scenario(
         poller.close()
         backend.close()
         session.close()
+        sysfs.cleanup()
 
 
 # ------------------------------------------------------------------------------ fault scenarios
@@ -184,8 +188,11 @@ FAULTS = [
         {
             ("GpuXgmiLinkDown", "6"),
             ("GpuXgmiLinkDown", "0"),
+            # MI355X: the XGMI error status is unreadable; the fault is XGMI_WAFL RAS counts
             ("GpuXgmiError", "6"),
             ("GpuXgmiError", "0"),
+            ("GpuEccUncorrectableError", "6"),
+            ("GpuEccUncorrectableError", "0"),
         },
         id="xgmi_link_down",
     ),
@@ -284,7 +291,22 @@ def test_a_simulated_day_of_varying_load_on_a_healthy_node_is_quiet(stand_in: St
 
 def test_every_default_rule_has_a_scenario() -> None:
     """FleetdStorageDegraded is about fleetd's own database, not a GPU: the daemon's storage
-    test (tests/test_daemon_storage.py) makes the disk fail and sees it fire."""
+    test (tests/test_daemon_storage.py) makes the disk fail and sees it fire.
+    FleetdRuleBlindSpots is about the rules themselves: tests/test_daemon.py loads a rule on a
+    reading MI3xx boards never provide and sees it fire.
+    The event rules (rules/events.yaml) fire on kernel lines, CPER records and KFD events,
+    not polled readings: rules/tests/events_test.yaml tests each, tests/events/test_wiring.py
+    and tests/events/test_incidents_daemon.py fire them through the daemon on the simulator's
+    faults."""
     covered = {rule for param in FAULTS for rule, _ in param.values[2]}  # type: ignore[union-attr]
     covered |= {"VllmWorkerDown", "VllmWorkerStalled"}
-    assert {r.name for r in RULES.rules} - covered == {"FleetdStorageDegraded"}
+    assert {r.name for r in RULES.rules} - covered == {
+        "FleetdStorageDegraded",
+        "FleetdRuleBlindSpots",
+        "GpuCperFatalError",
+        "GpuCperUncorrectedError",
+        "GpuKernelUncorrectableError",
+        "GpuRingTimeout",
+        "GpuUnplannedReset",
+        "GpuVmFault",
+    }

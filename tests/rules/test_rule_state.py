@@ -38,11 +38,16 @@ class Machine:
         self.transitions: list[tuple[AlertState, AlertState, float]] = []
 
     def tick(
-        self, matched: bool | None, *, advance: float = 10.0, value: float = 99.0
+        self,
+        matched: bool | None,
+        *,
+        advance: float = 10.0,
+        value: float = 99.0,
+        held: bool = False,
     ) -> AlertState:
         now = self.clock.advance(advance)
         seen = Observation(matched, current(value) if matched else None)
-        result = step(self.timing, self.entry, seen, now)
+        result = step(self.timing, self.entry, seen, now, held=held)
         self.entry = result.entry
         if result.transition is not None:
             t = result.transition
@@ -310,3 +315,39 @@ def test_unsaved_changes_merge_into_one_save() -> None:
     assert merged.deletes == (other_key,)
     assert merged.last_eval_at == 20.0
     assert merge_changes([]) == StateChanges()
+
+
+# ---------------------------------------------------------------------- held by remediation
+def test_a_held_alert_stays_firing_until_its_run_lets_go() -> None:
+    m = Machine(Timing(), FakeClock(START))
+    assert m.tick(True) == F
+    assert m.tick(False, held=True) == F  # the reset zeroed the counter: condition clear
+    assert m.entry is not None and m.entry.alert.keep_firing_since == START + 20
+    assert m.tick(False, held=True) == F
+    assert m.entry is not None and m.entry.alert.keep_firing_since == START + 20
+    assert m.tick(False) == R  # the run concluded: the incident resolves now
+    assert m.transitions == [(I, F, 10.0), (F, R, 40.0)]
+
+
+def test_a_held_alert_whose_condition_returns_is_marked_holding_again() -> None:
+    m = Machine(Timing(), FakeClock(START))
+    m.tick(True)
+    m.tick(False, held=True)
+    assert m.tick(True, held=True) == F
+    assert m.entry is not None and m.entry.alert.keep_firing_since is None
+
+
+def test_a_held_alert_never_times_out_without_data() -> None:
+    m = Machine(Timing(no_data_hold_s=15.0), FakeClock(START))
+    m.tick(True)
+    for _ in range(5):  # the GPU is gone while it resets: no data for 50 s > no_data_hold
+        assert m.tick(None, held=True) == F
+    assert m.entry is not None and m.entry.no_data_since == START + 20
+    assert m.tick(True) == F
+    assert m.transitions == [(I, F, 10.0)]
+
+
+def test_holding_never_fires_an_alert_that_was_not_firing() -> None:
+    m = Machine(Timing(for_s=60.0), FakeClock(START))
+    assert m.tick(True) == P
+    assert m.tick(False, held=True) == I

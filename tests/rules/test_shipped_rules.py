@@ -132,12 +132,17 @@ def test_gpu_rules_count_towards_health_and_others_do_not() -> None:
 
 def test_only_uncorrectable_errors_trigger_remediation() -> None:
     assert {r.name: r.remediation_plan for r in RULES.rules if r.remediation_plan} == {
-        "GpuEccUncorrectableError": "reset"
+        "GpuEccUncorrectableError": "reset",
+        # the record's AFID names the action; a kernel report without one takes the AFID
+        # table's default (reset), unless the fault's CPER record names a further one
+        "GpuCperFatalError": "afid",
+        "GpuCperUncorrectedError": "afid",
+        "GpuKernelUncorrectableError": "afid",
     }
 
 
 def test_severities_are_deliberate() -> None:
     by_severity = {s: sorted(r.name for r in RULES.rules if r.severity == s) for s in Severity}
-    assert by_severity[Severity.INFO] == ["GpuPowerThrottling"]
+    assert by_severity[Severity.INFO] == ["FleetdRuleBlindSpots", "GpuPowerThrottling"]
     assert "GpuEccUncorrectableError" in by_severity[Severity.CRITICAL]
     assert "GpuMissing" in by_severity[Severity.CRITICAL]

@@ -18,6 +18,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from fleetd.sim.pysource import parse_files
+
 ListShape = tuple[str, Any]  # ("list", element shape)
 
 
@@ -47,7 +49,8 @@ class RealApi:
 
 def load_real_api(package: Path) -> RealApi:
     api = RealApi()
-    wrapper = ast.parse((package / "amdsmi_wrapper.py").read_text(encoding="utf-8"))
+    names = ("amdsmi_wrapper.py", "amdsmi_interface.py", "amdsmi_exception.py", "__init__.py")
+    wrapper, interface, exceptions, init = parse_files([package / name for name in names])
     for node in wrapper.body:
         if (
             isinstance(node, ast.Assign)
@@ -58,7 +61,6 @@ def load_real_api(package: Path) -> RealApi:
             and not isinstance(node.value.value, bool)
         ):
             api.constants[node.targets[0].id] = node.value.value
-    interface = ast.parse((package / "amdsmi_interface.py").read_text(encoding="utf-8"))
     for node in interface.body:
         if isinstance(node, ast.FunctionDef):
             (api.helpers if node.name.startswith("_") else api.functions)[node.name] = node
@@ -67,13 +69,11 @@ def load_real_api(package: Path) -> RealApi:
             bases = {_name(b) for b in node.bases}
             if bases & {"IntEnum", "Enum"}:
                 api.enums[node.name] = _enum_members(node, api.constants)
-    exceptions = ast.parse((package / "amdsmi_exception.py").read_text(encoding="utf-8"))
     for node in exceptions.body:
         if isinstance(node, ast.ClassDef):
             api.exceptions[node.name] = node
             if node.name == "AmdSmiLibraryException":
                 api.error_text = _error_text(node, api.constants)
-    init = ast.parse((package / "__init__.py").read_text(encoding="utf-8"))
     for node in ast.walk(init):
         if isinstance(node, ast.ImportFrom):
             api.exported.update(alias.asname or alias.name for alias in node.names)

@@ -99,6 +99,7 @@ def test_the_face_covers_the_calls_a_health_daemon_needs(face: SimulatedAmdSmi) 
         "amdsmi_get_gpu_process_list", "amdsmi_get_gpu_compute_process_info",
         "amdsmi_get_gpu_compute_process_info_by_pid", "amdsmi_reset_gpu",
         "amdsmi_get_gpu_cper_entries", "amdsmi_get_link_topology_nearest",
+        "amdsmi_get_lib_version",
     }  # fmt: skip
     assert needed <= set(offered_functions(face))
 
@@ -161,6 +162,7 @@ def _calls(a: SimulatedAmdSmi, h: Any, peer: Any) -> dict[str, Any]:
         "amdsmi_get_gpu_compute_process_info_by_pid": (
             lambda: a.amdsmi_get_gpu_compute_process_info_by_pid(4242)
         ),
+        "amdsmi_get_lib_version": lambda: a.amdsmi_get_lib_version(),
     }
 
 

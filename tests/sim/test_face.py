@@ -123,7 +123,7 @@ def test_traps_of_the_real_wrapper_are_reproduced() -> None:
     assert metrics["indep_throttle_status"] == "N/A"
     assert metrics["temperature_edge"] == "N/A"
     assert metrics["temperature_hbm"] == ["N/A"] * 4
-    assert metrics["xgmi_link_status"][-1] == "N/A"
+    assert metrics["xgmi_link_status"] == [0] + [1] * 7  # per port: GPU 0's own port reads 0
     assert metrics["xcp_stats.gfx_busy_inst"][1] == ["N/A"] * 8  # only one partition
     power = a.amdsmi_get_power_info(h)
     assert power["average_socket_power"] == "N/A" and isinstance(power["socket_power"], int)
@@ -131,7 +131,9 @@ def test_traps_of_the_real_wrapper_are_reproduced() -> None:
     energy = a.amdsmi_get_energy_count(h)
     assert energy["counter_resolution"] == pytest.approx(15.259, abs=1e-5)
     assert energy["counter_resolution"] != 15.259  # a C float, as ctypes returns it
-    assert isinstance(a.amdsmi_gpu_xgmi_error_status(h), int)
+    with pytest.raises(a.AmdSmiLibraryException) as raised:  # gfx950: sysfs EINVAL
+        a.amdsmi_gpu_xgmi_error_status(h)
+    assert raised.value.err_code == 1  # AMDSMI_STATUS_INVAL, as amd-smi's "XGMI_ERR: N/A"
     status = a.amdsmi_get_gpu_ecc_status(h, a.AmdSmiGpuBlock.UMC)
     assert status is a.AmdSmiRasErrState.ENABLED
     with pytest.raises(a.AmdSmiLibraryException):
@@ -154,7 +156,9 @@ def test_topology_is_one_fully_connected_xgmi_hive() -> None:
         links = a.amdsmi_get_link_metrics(x)
         peers = [link["bdf"] for link in links["links"][: links["num_links"]]]
         assert sorted(peers) == sorted(b for j, b in enumerate(bdfs) if j != i)
-        assert a.amdsmi_get_gpu_xgmi_link_status(x) == {"status": ["U"] * 7, "total_links": 7}
+        # per port, the GPU count of them: port j leads to GPU j, the port to itself reads D
+        ports = ["D" if j == i else "U" for j in range(8)]
+        assert a.amdsmi_get_gpu_xgmi_link_status(x) == {"status": ports, "total_links": 8}
         for j, y in enumerate(h):
             kind = a.amdsmi_topo_get_link_type(x, y)
             weight = a.amdsmi_topo_get_link_weight(x, y)
@@ -208,7 +212,7 @@ def test_cper_records_follow_ecc_faults_with_cursors_and_severity_filter() -> No
     clock, node, a = make()
     h = a.amdsmi_get_processor_handles()[3]
     assert a.amdsmi_get_gpu_cper_entries(h, 0b111) == ({}, 0, [], 0)
-    node.inject(3, "ecc_uncorrectable")
+    node.inject(3, "ecc_uncorrectable", fatal=True)
     node.inject(3, "ecc_deferred", count=2)
     node.inject(3, "ecc_ce_storm", rate_per_s=50)
     clock.advance(50)  # 2500 CEs → 25 corrected records

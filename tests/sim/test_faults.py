@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -185,17 +186,34 @@ def test_xgmi_link_down_is_seen_on_both_ends() -> None:
     back = t.faulty.peers(peer).index(5)
     paths, snap = t.diff()
     ends = "|".join(re.escape(bdf(g)) for g in (5, peer))
+    wafl = r"amdsmi_get_gpu_ecc_(count|status):XGMI_WAFL|amdsmi_get_gpu_total_ecc_count"
     assert not outside(
         paths,
-        rf"({ends})/(amdsmi_get_gpu_xgmi_link_status/status/\d|amdsmi_gpu_xgmi_error_status"
+        rf"({ends})/(amdsmi_get_gpu_xgmi_link_status/status/\d"
+        rf"|({wafl})(/\w+)?"
         r"|amdsmi_get_link_metrics/links/\d/(read|write)"
         r"|amdsmi_get_gpu_metrics_info/(xgmi_link_status|xgmi_(read|write)_data_acc)/\d)",
     )
-    assert snap[f"{bdf(5)}/amdsmi_get_gpu_xgmi_link_status/status/2"] == "D"
-    assert snap[f"{bdf(peer)}/amdsmi_get_gpu_xgmi_link_status/status/{back}"] == "D"
-    assert snap[f"{bdf(5)}/amdsmi_gpu_xgmi_error_status"] == 1
+    # per port: port j of a GPU leads to GPU j (link 2 of GPU 5 is the one to GPU 2)
+    assert peer == 2 and back == 4
+    assert snap[f"{bdf(5)}/amdsmi_get_gpu_xgmi_link_status/status/{peer}"] == "D"
+    assert snap[f"{bdf(peer)}/amdsmi_get_gpu_xgmi_link_status/status/5"] == "D"
+    for end in (5, peer):  # gfx950 reports the fault as XGMI_WAFL RAS counts on both ends
+        counts = f"{bdf(end)}/amdsmi_get_gpu_ecc_count:XGMI_WAFL"
+        assert snap[f"{counts}/correctable_count"] == 4
+        assert snap[f"{counts}/uncorrectable_count"] == 1
+    assert snap[f"{bdf(5)}/amdsmi_gpu_xgmi_error_status"] == "EXC:1"  # INVAL: unreadable
     assert snap[f"{bdf(5)}/amdsmi_get_gpu_metrics_info/xgmi_link_status/2"] == 0
+
+
+def test_xgmi_error_status_latches_where_it_is_readable() -> None:
+    """The legacy path of DF 3.6 parts (MI2xx), which the simulator can be switched to."""
+    t = Twin()
+    t.faulty.xgmi_error_status_readable = True
+    t.faulty.inject(5, "xgmi_link_down", link=2)
+    t.clock.advance(AFTER)
     h = t.handle(5)
+    assert t.a_faulty.amdsmi_gpu_xgmi_error_status(h) == 1
     t.a_faulty.amdsmi_reset_gpu_xgmi_error(h)
     assert t.a_faulty.amdsmi_gpu_xgmi_error_status(h) == 0
 
@@ -269,22 +287,36 @@ def test_unsupported_call_can_fail_with_other_statuses() -> None:
     assert perm.value.get_error_info(detailed=False) == "AMDSMI_STATUS_NO_PERM"
 
 
-def test_gpu_off_bus_leaves_enumeration_and_its_old_handle_fails() -> None:
+def test_gpu_off_bus_answers_as_real_amdsmi_and_leaves_sysfs(tmp_path: Path) -> None:
     t = Twin()
+    sysfs = t.faulty.attach_sysfs(tmp_path)
+    device = sysfs / "sys/bus/pci/devices" / bdf(6)
+    assert device.is_dir() and (device / "vendor").read_text() == "0x1002\n"
     old = t.handle(6)
     t.faulty.inject(6, "gpu_off_bus")
+    assert not device.exists()  # the kernel removed the PCI device
     paths, _ = t.diff()
     assert paths and all(p.startswith(bdf(6) + "/") for p in paths)
     a = t.a_faulty
-    assert len(a.amdsmi_get_processor_handles()) == 7
+    assert len(a.amdsmi_get_processor_handles()) == 8  # the device list is built at init
     with pytest.raises(a.AmdSmiLibraryException) as err:
         a.amdsmi_get_gpu_activity(old)
-    assert err.value.get_error_code() == 31  # NOT_FOUND, as for a stale C handle
+    assert err.value.get_error_code() == 2  # sysfs ENOENT → NOT_SUPPORTED, never NOT_FOUND
+    with pytest.raises(a.AmdSmiLibraryException) as err:
+        a.amdsmi_get_gpu_asic_info(old)
+    assert err.value.get_error_code() == 6  # DRM_ERROR through the render node
+    assert a.amdsmi_get_gpu_device_bdf(old) == bdf(6)  # from the init-time list
+    a.amdsmi_shut_down()
+    a.amdsmi_init()
+    assert len(a.amdsmi_get_processor_handles()) == 7  # a fresh enumeration misses it
     with pytest.raises(a.AmdSmiLibraryException):
         a.amdsmi_get_processor_handle_from_bdf(bdf(6))
     t.faulty.clear_faults(6, "gpu_off_bus")
-    assert len(a.amdsmi_get_processor_handles()) == 8
+    assert device.is_dir()
     assert a.amdsmi_get_gpu_activity(old)["gfx_activity"] > 0
+    a.amdsmi_shut_down()
+    a.amdsmi_init()
+    assert len(a.amdsmi_get_processor_handles()) == 8
 
 
 def _node() -> tuple[FakeClock, SimNode, SimulatedAmdSmi]:

@@ -95,7 +95,7 @@ def test_healthy_day_stays_healthy_and_load_varies() -> None:
             powers.append(power)
             status = a.amdsmi_get_violation_status(x)
             assert not status["active_ppt_pwr"] and not status["active_socket_thrm"]
-            assert a.amdsmi_get_gpu_xgmi_link_status(x)["status"] == ["U"] * 7
+            assert a.amdsmi_get_gpu_xgmi_link_status(x)["status"].count("U") == 7
     assert runner.done and node.active_faults() == []
     assert max(powers) - min(powers) > 400  # day and night
     assert len(a.amdsmi_get_gpu_compute_process_info()) == 8
@@ -143,6 +143,8 @@ def test_gpu_off_bus_scenario_removes_and_returns_the_gpu() -> None:
     for t in (30, 90, 200):
         clock.set(runner.start + t)
         runner.advance()
+        a.amdsmi_shut_down()  # the library enumerates at init
+        a.amdsmi_init()
         counts.append(len(a.amdsmi_get_processor_handles()))
     assert counts == [8, 7, 8]
 

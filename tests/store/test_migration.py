@@ -70,7 +70,7 @@ def test_version_one_file_upgrades_in_place(tmp_path: Path) -> None:
     make_v1(path)
     db = Database.open(sqlite_url(path))
     try:
-        assert db.schema_version() == schema.SCHEMA_VERSION == 2
+        assert db.schema_version() == schema.SCHEMA_VERSION
         store = SampleStore(db)
         ecc = SeriesKey(ECC, gpu(0, type="correctable"))
         # the old samples answer every query, counter reset included
@@ -100,7 +100,7 @@ def test_version_one_file_upgrades_in_place(tmp_path: Path) -> None:
         db.dispose()
     # opening again is a no-op: already current
     db = Database.open(sqlite_url(path))
-    assert db.schema_version() == 2
+    assert db.schema_version() == schema.SCHEMA_VERSION
     db.dispose()
 
 
@@ -132,7 +132,7 @@ def test_newer_schema_is_a_clear_error(tmp_path: Path) -> None:
 def test_fresh_postgresql_schema_is_current(pg_url: str) -> None:
     db = Database.open(pg_url)
     try:
-        assert db.schema_version() == 2
+        assert db.schema_version() == schema.SCHEMA_VERSION
         assert db.size_bytes() is not None and db.size_bytes() > 0
     finally:
         db.dispose()

@@ -27,6 +27,7 @@ def test_section_loads_from_fleetd_yaml(tmp_path: Path) -> None:
     path = tmp_path / "fleetd.yaml"
     path.write_text(
         "store:\n  path: /data/fleetd.db\n  raw_retention: 12h\n  disk_budget_bytes: 536870912\n"
+        "alerting: {receivers: [{name: console, console: [{}]}]}\n"  # a file needs it
     )
     cfg = load_config(path).store
     assert cfg.raw_retention == 12 * 3600
@@ -36,7 +37,10 @@ def test_section_loads_from_fleetd_yaml(tmp_path: Path) -> None:
 
 def test_url_is_a_secret(tmp_path: Path) -> None:
     path = tmp_path / "fleetd.yaml"
-    path.write_text("store:\n  url: postgresql://fleetd:hunter2@db/fleetd\n")
+    path.write_text(
+        "store:\n  url: postgresql://fleetd:hunter2@db/fleetd\n"
+        "alerting: {receivers: [{name: console, console: [{}]}]}\n"  # a file needs it
+    )
     cfg = load_config(path).store
     assert "hunter2" not in repr(cfg) and "hunter2" not in str(cfg.model_dump())
     assert cfg.database_url(tmp_path).reveal().endswith("@db/fleetd")

@@ -32,8 +32,13 @@ class UsageCollector:
                 labels=(("engine", engine),),
             )
 
-        raw, err = attempt(gpu.memory_usage, "VRAM")
-        out.add(MEMORY_USED, parse.nonneg_bytes(raw), raw, reason=err)
+        # sysfs first: amdsmi's own read may make fleetd a KFD client (docs/remediation.md)
+        sysfs_used = gpu.vram_used_sysfs()
+        if sysfs_used is not None:
+            out.add(MEMORY_USED, float(sysfs_used), sysfs_used)
+        else:
+            raw, err = attempt(gpu.memory_usage, "VRAM")
+            out.add(MEMORY_USED, parse.nonneg_bytes(raw), raw, reason=err)
         raw, err = attempt(gpu.static, "vram_total", lambda: gpu.memory_total("VRAM"))
         out.add(MEMORY_TOTAL, parse.nonneg_bytes(raw), raw, reason=err)
 

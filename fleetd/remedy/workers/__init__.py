@@ -1,7 +1,7 @@
 """Worker adapters: how a vLLM worker leaves and rejoins service (systemd units or commands)."""
 
-from fleetd.remedy.workers.base import Load, Readiness, WorkerAdapter
+from fleetd.remedy.workers.base import WorkerAdapter
 from fleetd.remedy.workers.command import CommandWorkers
 from fleetd.remedy.workers.systemd import SystemdWorkers
 
-__all__ = ["CommandWorkers", "Load", "Readiness", "SystemdWorkers", "WorkerAdapter"]
+__all__ = ["CommandWorkers", "SystemdWorkers", "WorkerAdapter"]

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import requests
 
-from fleetd.config import VllmWorkerConfig
 from fleetd.errors import RemedyError
 from fleetd.remedy.commands import run_command
 from fleetd.remedy.config import ReadmitConfig, WorkersConfig
-from fleetd.remedy.workers.base import Load, Readiness, check_ready, placeholders, read_load
+from fleetd.remedy.workers.base import placeholders
 from fleetd.remedy.workers.rotation import RotationHook
+from fleetd.vllm.client import Load, Readiness, check_ready, read_load
+from fleetd.vllm.config import VllmWorkerConfig
 
 _STOPPED = frozenset({"inactive", "failed", "unknown"})
 
@@ -46,12 +47,13 @@ class SystemdWorkers:
     def load(self, worker: VllmWorkerConfig) -> Load:
         return read_load(self._session, worker, self._cfg.http_timeout)
 
-    def stop(self, worker: VllmWorkerConfig) -> None:
+    def stop(self, worker: VllmWorkerConfig) -> str | None:
         unit = self._unit(worker)
         run_command([self._cfg.systemctl, "stop", unit], timeout=self._cfg.stop_timeout)
         state = self.unit_state(worker)
         if state not in _STOPPED:
             raise RemedyError(f"{unit} is still {state} after systemctl stop")
+        return None
 
     def start(self, worker: VllmWorkerConfig) -> None:
         unit = self._unit(worker)

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fleetd.sim.pysource import SourceError, parse_file
+
 LIBRARY_KEY = "libamd_smi.so"
 STATUS_NOT_SUPPORTED = 2
 """AMDSMI_STATUS_NOT_SUPPORTED: what every call answers while no provider is installed."""
@@ -290,13 +292,17 @@ def _bound_symbol(value: ast.expr) -> str | None:
 def read_wrapper(path: Path) -> WrapperSpec:
     """Every function the wrapper binds from libamd_smi.so, with its declared C signature."""
     try:
-        text = path.read_text(encoding="utf-8")
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        tree = parse_file(path)
     except OSError as exc:
         raise GenerationError(f"cannot read {path}: {exc}") from None
-    try:
-        tree = ast.parse(text, filename=str(path))
-    except SyntaxError as exc:
-        raise GenerationError(f"{path}:{exc.lineno}: not valid Python ({exc.msg})") from None
+    except SourceError as exc:
+        if isinstance(exc.error, SyntaxError):
+            error = exc.error
+            raise GenerationError(
+                f"{path}:{error.lineno}: not valid Python ({error.msg})"
+            ) from None
+        raise GenerationError(f"cannot read {path}: {exc.error}") from None
     module = _Module(tree)
     bound: dict[str, str] = {}  # Python name → symbol
     argtypes: dict[str, ast.expr] = {}
@@ -339,7 +345,7 @@ def read_wrapper(path: Path) -> WrapperSpec:
         if isinstance(result, Aggregate) or (isinstance(result, Scalar) and result.kind != "int"):
             raise GenerationError(f"{where}: unsupported return type {ast.unparse(result_expr)}")
         functions.append(Function(symbol, args, result))
-    return WrapperSpec(path, hashlib.sha256(text.encode()).hexdigest(), tuple(functions))
+    return WrapperSpec(path, digest, tuple(functions))
 
 
 # ---------------------------------------------------------------------------------- writing

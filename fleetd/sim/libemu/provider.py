@@ -51,6 +51,7 @@ class SimProvider:
             name: getattr(self, name) for name in dir(type(self)) if name.startswith("amdsmi_")
         }
         self._argtypes: dict[str, Sequence[Any]] = {}
+        self._build = ctypes.create_string_buffer(b"")  # the build string a version points at
 
     @property
     def provided(self) -> frozenset[str]:
@@ -92,6 +93,13 @@ class SimProvider:
 
     def amdsmi_shut_down(self) -> None:
         self.lib.amdsmi_shut_down()
+
+    def amdsmi_get_lib_version(self, out: Any) -> None:
+        major, minor, release, build = self.lib.amdsmi_get_lib_version()
+        version = _target(out)
+        version.major, version.minor, version.release = major, minor, release
+        self._build = ctypes.create_string_buffer(build.encode())  # lives as long as we do
+        version.build = ctypes.cast(self._build, type(version.build))
 
     def amdsmi_get_socket_handles(self, count: Any, handles: Any) -> None:
         _handles_out(self.lib.amdsmi_get_socket_handles(), count, handles)
@@ -231,6 +239,17 @@ class SimProvider:
         buffer_size[0] = offset
         cursor[0] = next_cursor
         return status
+
+    def amdsmi_get_afids_from_cper(
+        self, buffer: Any, buf_size: int, afids: Any, num_afids: Any
+    ) -> None:
+        for pointer in (buffer, afids, num_afids):
+            _need(pointer)
+        data = ctypes.string_at(_address(buffer), buf_size)
+        found = self.lib.amdsmi_get_afids_from_cper(data, capacity=num_afids[0])
+        for i, afid in enumerate(found):
+            afids[i] = afid
+        num_afids[0] = len(found)
 
     # ------------------------------------------------------------------ PCIe
     def amdsmi_get_pcie_info(self, handle: int, out: Any) -> None:

@@ -1,0 +1,259 @@
+"""Silences and acknowledgements, stored so they survive restarts and are shared by the API.
+
+A silence mutes every alert its matchers all accept between ``starts_at`` and ``ends_at``
+(Alertmanager's model: state pending → active → expired; expiring one sets ``ends_at`` to now).
+An acknowledgement says a person is on one firing alert: it stops repeat notifications for
+that firing episode and is forgotten when the alert resolves.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Literal
+
+from sqlalchemy import (
+    Column,
+    Float,
+    RowMapping,
+    String,
+    Table,
+    Text,
+    delete,
+    insert,
+    select,
+    update,
+)
+
+from fleetd.alert.matchers import format_matcher, parse_matcher
+from fleetd.model import Labels
+from fleetd.query import Matcher, matches_all
+from fleetd.store.db import Database
+from fleetd.store.schema import METADATA
+from fleetd.store.upsert import upsert
+
+SilenceState = Literal["pending", "active", "expired"]
+
+silences_table = Table(
+    "alert_silences",
+    METADATA,
+    Column("id", String(36), primary_key=True),
+    Column("matchers", Text, nullable=False),
+    Column("starts_at", Float, nullable=False),
+    Column("ends_at", Float, nullable=False),
+    Column("created_by", String(255), nullable=False),
+    Column("comment", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
+
+acks_table = Table(
+    "alert_acks",
+    METADATA,
+    Column("fingerprint", String(32), primary_key=True),
+    Column("starts_at", Float, nullable=False),  # the firing episode acknowledged
+    Column("author", String(255), nullable=False),
+    Column("comment", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Silence:
+    id: str
+    matchers: tuple[Matcher, ...]
+    starts_at: float
+    ends_at: float
+    created_by: str
+    comment: str
+    created_at: float
+    updated_at: float
+
+    def state(self, now: float) -> SilenceState:
+        if now >= self.ends_at:
+            return "expired"
+        return "active" if now >= self.starts_at else "pending"
+
+    def mutes(self, labels: Labels, now: float) -> bool:
+        return self.state(now) == "active" and matches_all(labels, self.matchers)
+
+    def to_dict(self, now: float) -> dict[str, object]:
+        """The API view (Alertmanager's field names)."""
+        return {
+            "id": self.id,
+            "matchers": [format_matcher(m) for m in self.matchers],
+            "startsAt": self.starts_at,
+            "endsAt": self.ends_at,
+            "createdBy": self.created_by,
+            "comment": self.comment,
+            "updatedAt": self.updated_at,
+            "status": {"state": self.state(now)},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Acknowledgement:
+    fingerprint: str
+    starts_at: float
+    author: str
+    comment: str
+    created_at: float
+
+
+class SilenceStore:
+    """Create, list and expire silences; record and list acknowledgements."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def create(
+        self,
+        matchers: tuple[Matcher, ...],
+        *,
+        starts_at: float,
+        ends_at: float,
+        created_by: str,
+        comment: str,
+        now: float,
+    ) -> Silence:
+        """Store a new silence; ValueError if it could never mute anything."""
+        _check(matchers, starts_at, ends_at, created_by, now)
+        silence = Silence(
+            id=str(uuid.uuid4()),
+            matchers=matchers,
+            starts_at=starts_at,
+            ends_at=ends_at,
+            created_by=created_by,
+            comment=comment,
+            created_at=now,
+            updated_at=now,
+        )
+        with self.db.begin() as conn:
+            conn.execute(insert(silences_table).values(**_row(silence)))
+        return silence
+
+    def get(self, silence_id: str) -> Silence | None:
+        t = silences_table
+        with self.db.engine.connect() as conn:
+            row = conn.execute(select(t).where(t.c.id == silence_id)).mappings().first()
+        return None if row is None else _silence(row)
+
+    def all(self, now: float | None = None, state: SilenceState | None = None) -> list[Silence]:
+        """Every silence, newest first; with ``state`` only those in that state at ``now``."""
+        t = silences_table
+        with self.db.engine.connect() as conn:
+            rows = conn.execute(select(t).order_by(t.c.created_at.desc(), t.c.id)).mappings()
+            found = [_silence(r) for r in rows]
+        if state is None:
+            return found
+        if now is None:
+            raise ValueError("a state filter needs now")
+        return [s for s in found if s.state(now) == state]
+
+    def not_expired(self, now: float) -> list[Silence]:
+        t = silences_table
+        with self.db.engine.connect() as conn:
+            rows = conn.execute(select(t).where(t.c.ends_at > now)).mappings()
+            return [_silence(r) for r in rows]
+
+    def expire(self, silence_id: str, now: float) -> Silence:
+        """End a silence now (a pending one ends before it began); KeyError if unknown."""
+        current = self.get(silence_id)
+        if current is None:
+            raise KeyError(silence_id)
+        if current.state(now) == "expired":
+            return current
+        starts = min(current.starts_at, now)
+        t = silences_table
+        with self.db.begin() as conn:
+            conn.execute(
+                update(t)
+                .where(t.c.id == silence_id)
+                .values(starts_at=starts, ends_at=now, updated_at=now)
+            )
+        expired = self.get(silence_id)
+        assert expired is not None
+        return expired
+
+    def purge(self, now: float, retention: float) -> int:
+        """Forget silences that expired more than ``retention`` ago."""
+        t = silences_table
+        with self.db.begin() as conn:
+            return int(conn.execute(delete(t).where(t.c.ends_at < now - retention)).rowcount or 0)
+
+    # --------------------------------------------------------------------- acknowledgements
+    def acknowledge(
+        self, fingerprint: str, starts_at: float, author: str, comment: str, now: float
+    ) -> Acknowledgement:
+        if not author.strip():
+            raise ValueError("an acknowledgement needs an author")
+        ack = Acknowledgement(fingerprint, starts_at, author, comment, now)
+        t = acks_table
+        with self.db.begin() as conn:
+            upsert(
+                conn,
+                t,
+                {"fingerprint": fingerprint},
+                {"starts_at": starts_at, "author": author, "comment": comment, "created_at": now},
+            )
+        return ack
+
+    def acknowledgements(self) -> list[Acknowledgement]:
+        t = acks_table
+        with self.db.engine.connect() as conn:
+            rows = conn.execute(select(t).order_by(t.c.created_at)).mappings()
+            return [
+                Acknowledgement(
+                    r["fingerprint"], r["starts_at"], r["author"], r["comment"], r["created_at"]
+                )
+                for r in rows
+            ]
+
+    def forget_acknowledgements(self, fingerprints: list[str]) -> None:
+        if not fingerprints:
+            return
+        t = acks_table
+        with self.db.begin() as conn:
+            conn.execute(delete(t).where(t.c.fingerprint.in_(fingerprints)))
+
+
+def _check(
+    matchers: tuple[Matcher, ...], starts_at: float, ends_at: float, created_by: str, now: float
+) -> None:
+    if not matchers:
+        raise ValueError("a silence needs at least one matcher")
+    if all(m.matches(()) for m in matchers):
+        raise ValueError("a silence's matchers must not all match an empty label set")
+    if ends_at <= starts_at:
+        raise ValueError("a silence must end after it starts")
+    if ends_at <= now:
+        raise ValueError("a silence must end in the future")
+    if not created_by.strip():
+        raise ValueError("a silence needs an author (created_by)")
+
+
+def _row(silence: Silence) -> dict[str, object]:
+    return {
+        "id": silence.id,
+        "matchers": json.dumps([format_matcher(m) for m in silence.matchers]),
+        "starts_at": silence.starts_at,
+        "ends_at": silence.ends_at,
+        "created_by": silence.created_by,
+        "comment": silence.comment,
+        "created_at": silence.created_at,
+        "updated_at": silence.updated_at,
+    }
+
+
+def _silence(row: RowMapping) -> Silence:
+    return Silence(
+        id=row["id"],
+        matchers=tuple(parse_matcher(m) for m in json.loads(row["matchers"])),
+        starts_at=row["starts_at"],
+        ends_at=row["ends_at"],
+        created_by=row["created_by"],
+        comment=row["comment"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )

@@ -1,0 +1,312 @@
+"""The remediation run journal: runs, their step events, the pause switch, fleet leases.
+
+A run's new state and the events of the step that produced it are written in one
+transaction *before* the executor acts on the commands that state allows, so a daemon
+killed at any point finds in here everything it needs to resume or conclude the run.
+Events carry a ``delivered`` flag: the notifiers get each at least once, even across a crash.
+
+The fleet tables (leases, failures, breaker) live in the local database for per-node limits
+and are created alone in the shared PostgreSQL registry for fleet-wide ones
+(``fleetd.remedy.lease``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Connection,
+    Float,
+    Index,
+    Integer,
+    Select,
+    String,
+    Table,
+    Text,
+    func,
+    select,
+    update,
+)
+
+from fleetd.remedy.codec import event_from_dict, event_to_dict, run_from_dict, run_to_dict
+from fleetd.remedy.events import RemediationEvent
+from fleetd.remedy.run import Run
+from fleetd.store.db import Database
+from fleetd.store.schema import METADATA
+from fleetd.store.upsert import upsert
+
+runs_table = Table(
+    "remedy_runs",
+    METADATA,
+    Column("run_id", String(64), primary_key=True),
+    Column("node", String(255), nullable=False),
+    Column("plan", String(16), nullable=False),
+    Column("state", String(24), nullable=False),
+    Column("active", Boolean, nullable=False),
+    Column("holding", Boolean, nullable=False),
+    Column("dry_run", Boolean, nullable=False),
+    Column("trigger_gpu", Integer, nullable=True),
+    Column("reset_count", Integer, nullable=False),
+    Column("last_seq", Integer, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Column("data", Text, nullable=False),
+    Index("ix_remedy_runs_node_active", "node", "active"),
+    Index("ix_remedy_runs_node_created", "node", "created_at"),
+)
+
+events_table = Table(
+    "remedy_events",
+    METADATA,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("event_id", String(64), nullable=False, unique=True),
+    Column("node", String(255), nullable=False),
+    Column("run_id", String(64), nullable=True),
+    Column("seq", Integer, nullable=False),
+    Column("at", Float, nullable=False),
+    Column("kind", String(48), nullable=False),
+    Column("severity", String(16), nullable=False),
+    Column("delivered", Boolean, nullable=False, default=False),
+    Column("data", Text, nullable=False),
+    Index("ix_remedy_events_run", "run_id", "seq"),
+    Index("ix_remedy_events_pending", "delivered", "id"),
+)
+
+control_table = Table(
+    "remedy_control",
+    METADATA,
+    Column("node", String(255), primary_key=True),
+    Column("paused", Boolean, nullable=False),
+    Column("by", String(255), nullable=True),
+    Column("reason", Text, nullable=True),
+    Column("at", Float, nullable=True),
+)
+
+leases_table = Table(
+    "remedy_fleet_leases",
+    METADATA,
+    Column("run_id", String(64), primary_key=True),
+    Column("node", String(255), nullable=False),
+    Column("gpus", Integer, nullable=False),
+    Column("gpu_list", String(255), nullable=False),
+    Column("manual", Boolean, nullable=False),
+    Column("acquired_at", Float, nullable=False),
+)
+
+failures_table = Table(
+    "remedy_fleet_failures",
+    METADATA,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("node", String(255), nullable=False),
+    Column("gpu", Integer, nullable=True),
+    Column("run_id", String(64), nullable=True),
+    Column("at", Float, nullable=False),
+    Index("ix_remedy_fleet_failures_at", "at"),
+)
+
+breaker_table = Table(
+    "remedy_fleet_breaker",
+    METADATA,
+    Column("scope", String(255), primary_key=True),
+    Column("tripped", Boolean, nullable=False),
+    Column("tripped_at", Float, nullable=True),
+    Column("reason", Text, nullable=True),
+    Column("reset_by", String(255), nullable=True),
+    Column("reset_at", Float, nullable=True),
+)
+
+FLEET_TABLES = (leases_table, failures_table, breaker_table)
+
+
+@dataclass(frozen=True, slots=True)
+class PauseState:
+    paused: bool
+    by: str | None = None
+    reason: str | None = None
+    at: float | None = None
+
+
+class RunJournal:
+    """Runs and their events in the node's database; one writer (this node's daemon)."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    # ---- writes ------------------------------------------------------------------------
+    def save(self, run: Run, events: Sequence[RemediationEvent] = ()) -> None:
+        """Upsert ``run`` and append ``events`` in one transaction."""
+        row = {
+            "node": run.node,
+            "plan": run.plan.value,
+            "state": run.state.value,
+            "active": not run.terminal,
+            "holding": run.holding,
+            "dry_run": run.dry_run,
+            "trigger_gpu": run.trigger.gpu,
+            "reset_count": run.reset_count,
+            "created_at": run.created_at,
+            "updated_at": run.entered_at,
+            "data": json.dumps(run_to_dict(run), separators=(",", ":")),
+        }
+        with self._db.begin() as conn:
+            last = conn.execute(
+                select(runs_table.c.last_seq).where(runs_table.c.run_id == run.run_id)
+            ).scalar_one_or_none()
+            seq = max([last or 0, *(e.seq for e in events)])
+            upsert(conn, runs_table, {"run_id": run.run_id}, {"last_seq": seq, **row})
+            self._insert_events(conn, events)
+
+    def append_events(self, events: Sequence[RemediationEvent]) -> None:
+        """Append events that change no run (node-level, or a note on a finished run)."""
+        if not events:
+            return
+        with self._db.begin() as conn:
+            for event in events:
+                if event.run_id is not None and event.seq:
+                    conn.execute(
+                        update(runs_table)
+                        .where(runs_table.c.run_id == event.run_id)
+                        .where(runs_table.c.last_seq < event.seq)
+                        .values(last_seq=event.seq)
+                    )
+            self._insert_events(conn, events)
+
+    @staticmethod
+    def _insert_events(conn: Connection, events: Sequence[RemediationEvent]) -> None:
+        if not events:
+            return
+        rows = [
+            {
+                "event_id": e.event_id,
+                "node": e.node,
+                "run_id": e.run_id,
+                "seq": e.seq,
+                "at": e.at,
+                "kind": e.kind,
+                "severity": e.severity,
+                "delivered": False,
+                "data": json.dumps(event_to_dict(e), separators=(",", ":")),
+            }
+            for e in events
+        ]
+        conn.execute(events_table.insert(), rows)
+
+    def mark_delivered(self, event_ids: Iterable[str]) -> None:
+        ids = list(event_ids)
+        if not ids:
+            return
+        with self._db.begin() as conn:
+            conn.execute(
+                update(events_table).where(events_table.c.event_id.in_(ids)).values(delivered=True)
+            )
+
+    # ---- reads -------------------------------------------------------------------------
+    def get(self, run_id: str) -> Run | None:
+        with self._db.read() as conn:
+            data = conn.execute(
+                select(runs_table.c.data).where(runs_table.c.run_id == run_id)
+            ).scalar_one_or_none()
+        return None if data is None else run_from_dict(json.loads(data))
+
+    def last_seq(self, run_id: str) -> int:
+        with self._db.read() as conn:
+            seq = conn.execute(
+                select(runs_table.c.last_seq).where(runs_table.c.run_id == run_id)
+            ).scalar_one_or_none()
+        return int(seq or 0)
+
+    def active(self, node: str) -> list[Run]:
+        """Unfinished runs of ``node``, oldest first."""
+        return self._runs(
+            select(runs_table.c.data)
+            .where(runs_table.c.node == node, runs_table.c.active.is_(True))
+            .order_by(runs_table.c.created_at, runs_table.c.run_id)
+        )
+
+    def holding(self, node: str) -> list[Run]:
+        """Finished runs that still hold GPUs out of service (quarantined, drained, …)."""
+        return self._runs(
+            select(runs_table.c.data)
+            .where(runs_table.c.node == node, runs_table.c.holding.is_(True))
+            .order_by(runs_table.c.created_at, runs_table.c.run_id)
+        )
+
+    def runs(self, node: str, *, since: float | None = None, limit: int = 200) -> list[Run]:
+        """Runs of ``node`` created at or after ``since``, newest first."""
+        query = select(runs_table.c.data).where(runs_table.c.node == node)
+        if since is not None:
+            query = query.where(runs_table.c.created_at >= since)
+        query = query.order_by(runs_table.c.created_at.desc(), runs_table.c.run_id.desc())
+        return self._runs(query.limit(limit))
+
+    def _runs(self, query: Select[tuple[str]]) -> list[Run]:
+        with self._db.read() as conn:
+            rows = conn.execute(query).scalars().all()
+        return [run_from_dict(json.loads(str(r))) for r in rows]
+
+    def counts(self, node: str) -> tuple[dict[tuple[str, str], int], int]:
+        """Concluded runs by (plan, state), and the resets issued (dry runs excluded)."""
+        with self._db.read() as conn:
+            rows = conn.execute(
+                select(runs_table.c.plan, runs_table.c.state, func.count())
+                .where(
+                    runs_table.c.node == node,
+                    runs_table.c.active.is_(False),
+                    runs_table.c.dry_run.is_(False),
+                )
+                .group_by(runs_table.c.plan, runs_table.c.state)
+            ).all()
+            resets = conn.execute(
+                select(func.count()).where(
+                    runs_table.c.node == node,
+                    runs_table.c.dry_run.is_(False),
+                    runs_table.c.reset_count > 0,
+                )
+            ).scalar_one()
+        return {(str(p), str(s)): int(n) for p, s, n in rows}, int(resets)
+
+    def events(
+        self, *, run_id: str | None = None, node: str | None = None, limit: int = 1000
+    ) -> list[RemediationEvent]:
+        """Events in the order they were written."""
+        query = select(events_table.c.data)
+        if run_id is not None:
+            query = query.where(events_table.c.run_id == run_id)
+        if node is not None:
+            query = query.where(events_table.c.node == node)
+        query = query.order_by(events_table.c.id).limit(limit)
+        with self._db.read() as conn:
+            rows = conn.execute(query).scalars().all()
+        return [event_from_dict(json.loads(r)) for r in rows]
+
+    def undelivered(self, node: str, limit: int = 500) -> list[RemediationEvent]:
+        query = (
+            select(events_table.c.data)
+            .where(events_table.c.node == node, events_table.c.delivered.is_(False))
+            .order_by(events_table.c.id)
+            .limit(limit)
+        )
+        with self._db.read() as conn:
+            rows = conn.execute(query).scalars().all()
+        return [event_from_dict(json.loads(r)) for r in rows]
+
+    # ---- pause switch --------------------------------------------------------------------
+    def pause_state(self, node: str) -> PauseState:
+        with self._db.read() as conn:
+            row = (
+                conn.execute(select(control_table).where(control_table.c.node == node))
+                .mappings()
+                .first()
+            )
+        if row is None:
+            return PauseState(False)
+        return PauseState(bool(row["paused"]), row["by"], row["reason"], row["at"])
+
+    def set_paused(self, node: str, state: PauseState) -> None:
+        values = {"paused": state.paused, "by": state.by, "reason": state.reason, "at": state.at}
+        with self._db.begin() as conn:
+            upsert(conn, control_table, {"node": node}, values)

@@ -1,0 +1,146 @@
+"""Readmission: start the workers, wait until each serves, put them back into rotation."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from fleetd.remedy.messages import (
+    CheckReady,
+    Command,
+    Event,
+    ReadyResult,
+    Record,
+    Reroute,
+    RerouteResult,
+    Resumed,
+    StartResult,
+    StartUnit,
+    Tick,
+)
+from fleetd.remedy.run import Run, RunState, WorkerPhase, due
+from fleetd.remedy.steps.common import (
+    Step,
+    add_evidence,
+    after,
+    all_in,
+    enter,
+    name_list,
+    set_worker,
+    worker_outcome,
+    workers_in,
+)
+from fleetd.remedy.steps.terminal import finish, quarantine
+
+
+def start_readmitting(run: Run, now: float) -> Step:
+    targets = workers_in(
+        run,
+        WorkerPhase.STOPPED,
+        WorkerPhase.STOP_FAILED,
+        WorkerPhase.STARTING,
+        WorkerPhase.UNROUTED,
+        WorkerPhase.SERVING,
+    )
+    if not run.workers:
+        return finish(run, now)
+    run = enter(run, RunState.STARTING, now)
+    for name in targets:
+        run = set_worker(run, name, phase=WorkerPhase.STARTING, detail=None)
+    cmds: list[Command] = [Record("readmitting", f"starting workers: {name_list(targets)}")]
+    cmds += [StartUnit(name) for name in targets]
+    if not targets:
+        return after(cmds, _start_await_ready(run, now))
+    return run, cmds
+
+
+def on_starting(run: Run, event: Event, now: float) -> Step:
+    if isinstance(event, StartResult):
+        w = run.worker(event.worker)
+        if w is None or w.phase is not WorkerPhase.STARTING:
+            return run, []
+        run, cmds = worker_outcome(
+            run,
+            event.worker,
+            event.error,
+            done=(WorkerPhase.STARTED, "worker_started", f"{event.worker} started"),
+            failed=(WorkerPhase.FAILED, "worker_start_failed", f"{event.worker}: {event.error}"),
+            evidence=f"starting {event.worker} failed: {event.error}",
+        )
+        if not workers_in(run, WorkerPhase.STARTING):
+            return after(cmds, _start_await_ready(run, now))
+        return run, cmds
+    if isinstance(event, Resumed):
+        return run, [StartUnit(n) for n in workers_in(run, WorkerPhase.STARTING)]
+    return run, []
+
+
+def _start_await_ready(run: Run, now: float) -> Step:
+    deadline = now + run.settings.ready_timeout
+    run = enter(run, RunState.AWAIT_READY, now, deadline=deadline)
+    pending = workers_in(run, WorkerPhase.STARTED)
+    if not pending:
+        return _conclude_readmission(run, now)
+    return run, [CheckReady(n) for n in pending]
+
+
+def _conclude_readmission(run: Run, now: float) -> Step:
+    failed = workers_in(run, WorkerPhase.FAILED)
+    if failed:
+        details = [f"{w.name}: {w.detail or 'not ready'}" for w in run.workers if w.name in failed]
+        run = add_evidence(run, *details)
+        return quarantine(run, now, f"workers did not come back: {name_list(failed)}")
+    return finish(run, now)
+
+
+def on_await_ready(run: Run, event: Event, now: float) -> Step:
+    s = run.settings
+    if isinstance(event, ReadyResult):
+        w = run.worker(event.worker)
+        if w is None or w.phase is not WorkerPhase.STARTED:
+            return run, []
+        if not event.ready:
+            run = set_worker(run, event.worker, detail=event.detail)
+            if run.next_at is None:
+                run = replace(run, next_at=now + s.ready_poll_interval)
+            return run, []
+        run = set_worker(run, event.worker, phase=WorkerPhase.READY, detail=event.detail)
+        return run, [
+            Record("worker_ready", f"{event.worker} healthy {event.detail}".strip()),
+            Reroute(event.worker),
+        ]
+    if isinstance(event, RerouteResult):
+        w = run.worker(event.worker)
+        if w is None or w.phase is not WorkerPhase.READY:
+            return run, []
+        run, cmds = worker_outcome(
+            run,
+            event.worker,
+            event.error,
+            done=(WorkerPhase.REROUTED, "worker_rerouted", f"{event.worker} back in rotation"),
+            failed=(
+                WorkerPhase.FAILED,
+                "worker_reroute_failed",
+                f"putting {event.worker} back into rotation failed: {event.error}",
+            ),
+        )
+        if all_in(run, WorkerPhase.REROUTED, WorkerPhase.FAILED):
+            return after(cmds, _conclude_readmission(run, now))
+        return run, cmds
+    if isinstance(event, Tick | Resumed):
+        if run.deadline is not None and now >= run.deadline:
+            late = workers_in(run, WorkerPhase.STARTED)
+            for name in late:
+                w = run.worker(name)
+                why = f"not ready after {s.ready_timeout:g}s" + (
+                    f" ({w.detail})" if w is not None and w.detail else ""
+                )
+                run = set_worker(run, name, phase=WorkerPhase.FAILED, detail=why)
+            if not workers_in(run, WorkerPhase.READY):
+                return _conclude_readmission(run, now)
+            return run, [Reroute(n) for n in workers_in(run, WorkerPhase.READY)]
+        if isinstance(event, Resumed) or due(run, now):
+            run = replace(run, next_at=None)
+            cmds2: list[Command] = [CheckReady(n) for n in workers_in(run, WorkerPhase.STARTED)]
+            cmds2 += [Reroute(n) for n in workers_in(run, WorkerPhase.READY)]
+            return run, cmds2
+    return run, []

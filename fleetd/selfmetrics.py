@@ -1,0 +1,87 @@
+"""fleetd's readings about itself: rules and health, storage, rule input coverage, alert
+delivery and remediation — exported on /metrics, and the ones rules read put in the window."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fleetd.alert.dispatch import Dispatcher
+from fleetd.collect.exporter import FleetdExporter
+from fleetd.logs import get_logger
+from fleetd.model import Reading
+from fleetd.remedy.service import Remediation
+from fleetd.rules.coverage import InputCoverage
+from fleetd.rules.engine import RuleEngine
+from fleetd.rules.health import out_of_service, with_service
+from fleetd.rules.metrics import rule_readings
+from fleetd.store.memory import MemoryWindow
+from fleetd.store.metrics import store_readings
+from fleetd.store.resilient import ResilientStore
+
+log = get_logger("daemon")
+
+
+class SelfMetrics:
+    """Publishes after every evaluation; refreshes the service view at every scrape."""
+
+    def __init__(
+        self,
+        exporter: FleetdExporter,
+        *,
+        engine: RuleEngine,
+        store: ResilientStore,
+        coverage: InputCoverage,
+        memory: MemoryWindow,
+        dispatcher: Dispatcher,
+        remediation: Remediation | None,
+    ) -> None:
+        self._exporter = exporter
+        self._engine = engine
+        self._store = store
+        self._coverage = coverage
+        self._memory = memory
+        self._dispatcher = dispatcher
+        self._remediation = remediation
+
+    def publish(self, now: float) -> list[Reading]:
+        """Export every group. Health and storage state also go into the memory window
+        (VllmWorkerDown reads GPU health, FleetdStorageDegraded reads the store) and are
+        returned so the store keeps the health history."""
+        health = rule_readings(self._engine, now)
+        storage = store_readings(self._store.stats(), now)
+        coverage = self._coverage.readings(self._engine.rules, now)
+        self._memory.append([*health, *storage, *coverage])
+        self._exporter.update_group("rules", health)
+        self._exporter.update_group("store", storage)
+        self._exporter.update_group("coverage", coverage)
+        self._update_group_from("alerts", self._dispatcher.metrics, now)
+        if self._remediation is not None:
+            self._update_group_from("remediation", self._remediation.metrics, now)
+        return health
+
+    def refresh_service_view(self, now: float) -> None:
+        """At scrape time, what remediation has out of service, as the API reads it: a drain
+        or a reset that began since the last poll shows on /metrics at once, and the two never
+        disagree (the rules' verdict itself stays the last poll's)."""
+        remedy, health = self._remediation, self._engine.health()
+        if remedy is None or health is None:
+            return
+        try:
+            status = remedy.status()
+            live = with_service(health, out_of_service(status, remedy.run))
+        except Exception as exc:  # the registry holding the lease may be unreachable
+            log.warning("service_view_stale", error=repr(exc))
+            return
+        self._exporter.update_group("rules", rule_readings(self._engine, now, health=live))
+        self._update_group_from("remediation", remedy.metrics, now)
+
+    def _update_group_from(
+        self, group: str, read: Callable[[float], list[Reading]], now: float
+    ) -> None:
+        """Export what ``read`` returns; while it cannot read the database, keep the last."""
+        try:
+            readings = read(now)
+        except Exception as exc:
+            log.warning("self_metrics_stale", group=group, error=repr(exc))
+            return
+        self._exporter.update_group(group, readings)

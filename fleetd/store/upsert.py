@@ -1,0 +1,43 @@
+"""One upsert for every keyed table: insert a row, or update the row with the same key.
+
+``upsert(conn, table, key, values)`` is the dialect's ``INSERT … ON CONFLICT (key) DO UPDATE``
+(SQLite 3.24+ and PostgreSQL both have it), run on the caller's connection so it joins the
+caller's transaction. ``key`` names the columns of the table's primary key or of one of its
+unique constraints, with their values; ``values`` are the other columns. A database written
+by the update-then-insert code this replaces holds the same rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import Connection, Table
+from sqlalchemy.dialects import postgresql, sqlite
+
+
+def upsert(
+    conn: Connection, table: Table, key: Mapping[str, Any], values: Mapping[str, Any]
+) -> None:
+    """Insert ``key | values`` into ``table``, or set ``values`` on the row with ``key``."""
+    dialect = conn.dialect.name
+    if not values:
+        raise ValueError("upsert needs at least one column to update")
+    if dialect == "sqlite":
+        sqlite_stmt = sqlite.insert(table).values({**key, **values})
+        conn.execute(
+            sqlite_stmt.on_conflict_do_update(
+                index_elements=list(key),
+                set_={name: sqlite_stmt.excluded[name] for name in values},
+            )
+        )
+    elif dialect == "postgresql":
+        pg_stmt = postgresql.insert(table).values({**key, **values})
+        conn.execute(
+            pg_stmt.on_conflict_do_update(
+                index_elements=list(key),
+                set_={name: pg_stmt.excluded[name] for name in values},
+            )
+        )
+    else:  # pragma: no cover - fleetd opens only SQLite and PostgreSQL (db.check_url)
+        raise ValueError(f"no upsert for the {dialect} dialect")

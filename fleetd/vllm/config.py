@@ -1,0 +1,71 @@
+"""The ``vllm:`` section of fleetd.yaml: the vLLM servers on this node and the GPUs each serves.
+
+The collector, the remediation worker adapters and the demo take these models alone, never
+the whole ``FleetdConfig``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, StrictInt, field_validator
+
+from fleetd.configbase import Duration, HttpUrlText, Span, StrictModel, documents
+
+MAX_GPU_INDEX = 1023
+"""GPU indexes are 0 to this (a node has at most a few dozen; 1024 leaves room)."""
+
+
+class VllmWorkerConfig(StrictModel):
+    """One vLLM server process and the GPUs it serves."""
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.@:-]+$")
+    """The worker's name (labels, the API, `{worker}` in remediation commands)."""
+    url: HttpUrlText
+    """Base URL of the vLLM server: fleetd reads `/metrics` and `/health` for telemetry, and
+    `/v1/models` (and optionally a 1-token completion) when re-admitting it.
+    """
+    gpus: list[Annotated[StrictInt, Field(ge=0, le=MAX_GPU_INDEX)]] = Field(
+        min_length=1, max_length=MAX_GPU_INDEX + 1
+    )
+    """GPU indices the worker runs on (what HIP_VISIBLE_DEVICES gives it). Remediation drains every
+    worker with a GPU in the reset unit.
+    """
+    unit: str | None = Field(default=None, min_length=1, max_length=256)  # e.g. vllm@3.service
+    """The worker's systemd unit (e.g. `vllm@3.service`), which remediation's `systemd` adapter
+    stops and starts.
+    """
+    model: str | None = Field(default=None, min_length=1, max_length=1024)  # in /v1/models
+    """The served model name; re-admission waits until `/v1/models` lists it. Unset: any listed
+    model will do.
+    """
+
+    @field_validator("gpus")
+    @classmethod
+    @documents("GPU indexes must be unique: … more than once")
+    def _unique(cls, value: list[int]) -> list[int]:
+        repeated = sorted({i for i in value if value.count(i) > 1})
+        if repeated:
+            raise ValueError(f"GPU indexes must be unique: {repeated} more than once")
+        return value
+
+
+class VllmConfig(StrictModel):
+    """The vLLM servers on this node, scraped for telemetry and drained by remediation."""
+
+    workers: list[VllmWorkerConfig] = Field(default_factory=list, max_length=1024)
+    """The vLLM servers on this node; none means no vLLM telemetry."""
+    scrape_interval: Annotated[Duration, Span(1, "1h")] = 5.0
+    """How often each worker's /metrics and /health are read."""
+    timeout: Annotated[Duration, Span(0, "1m", above=True)] = 2.0
+    """How long one worker has to answer a scrape."""
+
+    @field_validator("workers")
+    @classmethod
+    @documents("worker names must be unique: …")
+    def _unique_names(cls, value: list[VllmWorkerConfig]) -> list[VllmWorkerConfig]:
+        names = [w.name for w in value]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"worker names must be unique: {', '.join(repeated)}")
+        return value

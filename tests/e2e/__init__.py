@@ -1,0 +1,1 @@
+"""End-to-end tests: the real daemon process, the shipped example config, loopback stand-ins."""

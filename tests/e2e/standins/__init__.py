@@ -1,0 +1,1 @@
+"""Loopback stand-ins for what fleetd talks to: PagerDuty, Slack, webhooks, vLLM, Alertmanager."""

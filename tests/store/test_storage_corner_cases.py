@@ -1,0 +1,217 @@
+"""Storage corner cases: a lock that must not slow the poll, damage found while running,
+immutable files found before SQLite maps them, a state directory that cannot hold the
+database at start."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from store_helpers import T0, gpu
+
+from fleetd.errors import StoreError
+from fleetd.model import Reading
+from fleetd.store.config import StoreConfig
+from fleetd.store.db import Database, FileGuard, sqlite_url
+from fleetd.store.resilient import POLL_LOCK_WAIT, ResilientStore, classify
+
+POWER = "fleetd_gpu_power_watts"
+
+
+def poll(t: float) -> list[Reading]:
+    return [Reading(POWER, gpu(0), t, T0 + t)]
+
+
+def _chattr_works(tmp: Path) -> bool:
+    if shutil.which("chattr") is None:
+        return False
+    probe = tmp / "chattr-probe"
+    probe.write_text("x")
+    done = subprocess.run(["chattr", "+i", str(probe)], capture_output=True).returncode == 0
+    if done:
+        subprocess.run(["chattr", "-i", str(probe)], check=True)
+    return done
+
+
+@pytest.fixture
+def immutable(tmp_path: Path) -> Iterator[list[Path]]:
+    """Files made immutable during the test (``chattr +i``), made mutable again after."""
+    if not _chattr_works(tmp_path):
+        pytest.skip("chattr +i is not available here (needs root and ext4/xfs/btrfs)")
+    made: list[Path] = []
+    yield made
+    for path in made:
+        subprocess.run(["chattr", "-i", str(path)], check=False)
+
+
+def test_a_lock_held_elsewhere_costs_the_poll_one_short_wait(tmp_path: Path) -> None:
+    path = tmp_path / "fleetd.db"
+    config = StoreConfig(busy_timeout=1.0, retry_interval=1)
+    rs = ResilientStore(sqlite_url(path), config, node="n1")
+    assert rs.open(T0)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    try:
+        assert not rs.append(poll(0.0), now=T0)  # the first write finds out: one busy_timeout
+        assert rs.health().reason == "database locked by another writer"
+        started = time.monotonic()
+        for t in range(1, 30):  # retries are due every second or two: each a 50 ms look
+            assert not rs.append(poll(float(t)), now=T0 + t)
+        assert time.monotonic() - started < 29 * 0.2
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert rs.append(poll(60.0), now=T0 + 60)
+    assert not rs.health().degraded
+    rs.close()
+
+
+def test_the_poll_never_waits_behind_maintenance(tmp_path: Path) -> None:
+    rs = ResilientStore(sqlite_url(tmp_path / "fleetd.db"), StoreConfig(), node="n1")
+    assert rs.open(T0)
+    held = threading.Event()
+    release = threading.Event()
+
+    def maintenance_stuck() -> None:
+        with rs._lock:  # what a maintenance step stuck behind a busy_timeout does
+            held.set()
+            release.wait(10)
+
+    worker = threading.Thread(target=maintenance_stuck)
+    worker.start()
+    held.wait(5)
+    started = time.monotonic()
+    assert not rs.append(poll(1.0), now=T0 + 1)  # kept, not waited for
+    assert rs.append_event("alert", now=T0 + 1, message="kept") is None
+    assert time.monotonic() - started < 4 * POLL_LOCK_WAIT + 0.5
+    release.set()
+    worker.join()
+    assert rs.append(poll(2.0), now=T0 + 2)  # the kept poll goes with the next
+    got = rs.range(POWER, start=T0, end=T0 + 10)
+    assert [s.value for samples in got.values() for s in samples] == [1.0, 2.0]
+    assert [e.message for e in rs.query_events()] == ["kept"]
+    rs.close()
+
+
+def test_garbage_in_the_wal_is_found_by_the_periodic_check_and_moved_aside(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "fleetd.db"
+    config = StoreConfig(integrity_check_interval=5, maintenance_interval=1)
+    rs = ResilientStore(sqlite_url(path), config, node="n1")
+    assert rs.open(T0)
+    assert rs.db is not None
+    # keep a reader open so nothing checkpoints the WAL away, then fill it with samples
+    for t in range(50):
+        assert rs.append(poll(float(t)), now=T0 + t)
+    rs.maintenance(T0 + 50)  # the first check: the file is fine
+    assert not rs.health().degraded
+    wal = Path(f"{path}-wal")
+    size = wal.stat().st_size
+    assert size > 4096
+    with wal.open("r+b") as f:  # frames after the header: garbage
+        f.seek(32)
+        f.write(os.urandom(size - 32))
+    rs.maintenance(T0 + 60)
+    moved = list(tmp_path.glob("fleetd.db.corrupt-*"))
+    assert [m.name for m in moved if not m.name.endswith(("-wal", "-shm"))], moved
+    assert rs.stats().errors["corrupt"] == 1
+    assert rs.append(poll(70.0), now=T0 + 70)  # a fresh database carries on
+    rs.close()
+
+
+def test_quick_check_reports_a_damaged_main_file(tmp_path: Path) -> None:
+    path = tmp_path / "fleetd.db"
+    db = Database.open(sqlite_url(path))
+    with db.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE filler (x TEXT)")
+        for n in range(200):
+            conn.exec_driver_sql(f"INSERT INTO filler VALUES ('{'x' * 500}{n}')")
+    with db.engine.connect() as conn:
+        conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    assert db.quick_check() is None
+    with path.open("r+b") as f:
+        f.seek(4096 * 3)
+        f.write(os.urandom(4096 * 4))
+    try:
+        problem = db.quick_check()
+    except Exception as exc:
+        assert classify(exc).corrupt
+    else:
+        assert problem is not None
+    db.dispose()
+
+
+def test_file_guard_names_an_immutable_file(tmp_path: Path, immutable: list[Path]) -> None:
+    path = tmp_path / "fleetd.db"
+    db = Database.open(sqlite_url(path))
+    db.dispose()
+    guard = FileGuard(path, ttl=0)
+    assert guard.problem() is None
+    subprocess.run(["chattr", "+i", str(path)], check=True)
+    immutable.append(path)
+    assert guard.problem() == f"database file {path} is read-only or immutable"
+
+
+def test_immutable_files_degrade_storage_without_touching_sqlite(
+    tmp_path: Path, immutable: list[Path]
+) -> None:
+    path = tmp_path / "fleetd.db"
+    rs = ResilientStore(sqlite_url(path), StoreConfig(retry_interval=1), node="n1")
+    assert rs.open(T0)
+    assert rs.append(poll(0.0), now=T0)
+    assert rs.db is not None and rs.db.guard is not None
+    for name in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        if name.exists():
+            subprocess.run(["chattr", "+i", str(name)], check=True)
+            immutable.append(name)
+    rs.db.guard.forget()
+    assert not rs.append(poll(1.0), now=T0 + 1)  # no SIGBUS: the guard refused first
+    health = rs.health()
+    assert health.degraded and "read-only or immutable" in str(health.reason)
+    with pytest.raises(StoreError), rs.db.begin() as conn:
+        conn.exec_driver_sql("SELECT 1")
+    for name in immutable:
+        subprocess.run(["chattr", "-i", str(name)], check=True)
+    rs.db.guard.forget()
+    assert rs.append(poll(5.0), now=T0 + 5)
+    assert not rs.health().degraded
+    rs.close()
+
+
+def test_an_unusable_state_directory_at_start_runs_on_memory(
+    tmp_path: Path, immutable: list[Path]
+) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    subprocess.run(["chattr", "+i", str(state)], check=True)
+    immutable.append(state)
+    rs = ResilientStore(sqlite_url(state / "fleetd.db"), StoreConfig(), node="n1")
+    assert not rs.open(T0)
+    assert rs.start(T0)
+    assert rs.memory_only is not None
+    health = rs.health()
+    assert health.degraded and str(health.reason).startswith("running without storage")
+    assert rs.append(poll(1.0), now=T0 + 1)  # written, in memory
+    assert rs.health().degraded  # for the whole run
+    assert rs.stats().degraded
+    got = rs.range(POWER, start=T0, end=T0 + 10)
+    assert [s.value for samples in got.values() for s in samples] == [1.0]
+    assert not (state / "fleetd.db").exists()
+    rs.close()
+
+
+def test_a_missing_parent_at_start_runs_on_memory_too(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    rs = ResilientStore(sqlite_url(blocker / "fleetd.db"), StoreConfig(), node="n1")
+    assert rs.start(T0)
+    assert rs.memory_only is not None
+    rs.close()

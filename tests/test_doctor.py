@@ -1,0 +1,157 @@
+"""``fleetd doctor``: each check on a fake node tree, and the command end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from fleetd.collect.abi import check_pair
+from fleetd.doctor import (
+    Check,
+    check_debugfs,
+    check_hive,
+    check_holders,
+    check_library,
+    check_root,
+    check_rules,
+    check_state_dir,
+    exit_code,
+    render_text,
+)
+from fleetd.model import GpuIdentity
+from fleetd.remedy.holders import KfdInspector
+from fleetd.rules.coverage import BlindSpot
+
+
+def gpu(index: int, hive: str | None = "0x5fbe") -> GpuIdentity:
+    return GpuIdentity(index=index, uuid=f"u{index}", bdf=f"0000:0{index}:00.0", hive_id=hive)
+
+
+def fake_node(root: Path, gpus: list[GpuIdentity], *, recover: set[int]) -> None:
+    """/sys/bus/pci/devices/<bdf>/drm/card<N> and debugfs dri/<N>/amdgpu_gpu_recover."""
+    for g in gpus:
+        (root / "sys/bus/pci/devices" / g.bdf / "drm" / f"card{g.index + 1}").mkdir(parents=True)
+        debug = root / "sys/kernel/debug/dri" / str(g.index + 1)
+        debug.mkdir(parents=True)
+        if g.index in recover:
+            (debug / "amdgpu_gpu_recover").touch()
+
+
+def test_debugfs_names_each_gpu_whose_reset_cannot_be_issued(tmp_path: Path) -> None:
+    gpus = [gpu(i) for i in range(3)]
+    fake_node(tmp_path, gpus, recover={0, 2})
+    result = check_debugfs(tmp_path, gpus)
+    assert result.status == "fail"
+    assert result.items[0] == (
+        "GPU 1 (0000:01:00.0): sys/kernel/debug/dri/2/amdgpu_gpu_recover absent"
+    )
+    (tmp_path / "sys/kernel/debug/dri/2/amdgpu_gpu_recover").touch()
+    assert check_debugfs(tmp_path, gpus).status == "ok"
+    assert check_debugfs(tmp_path / "empty", gpus).status == "fail"  # no sysfs at all
+
+
+def test_root_is_a_failure_only_when_resets_are_on() -> None:
+    assert check_root(0, resets=True).status == "ok"
+    assert check_root(1000, resets=True).status == "fail"
+    assert check_root(1000, resets=False).status == "warn"
+
+
+def test_an_unknown_hive_warns_that_the_whole_node_is_the_reset_unit() -> None:
+    assert check_hive([gpu(0), gpu(1)]).status == "ok"
+    result = check_hive([gpu(0), gpu(1, hive=None)])
+    assert result.status == "warn" and "whole node" in result.detail and result.items == ("GPU 1",)
+    # the backend knows which GPUs' amdsmi_get_xgmi_info failed: a GPU in no hive is not one
+    assert check_hive([gpu(0, hive=None), gpu(1, hive=None)], unknown_hive=[]).status == "ok"
+    assert check_hive([gpu(0), gpu(1)], unknown_hive=[1]).items == ("GPU 1",)
+
+
+def test_library_verdicts_map_to_statuses() -> None:
+    assert check_library(check_pair("7.0.2", (26, 1, 0))).status == "ok"
+    assert check_library(check_pair("7.13.0", (26, 4, 0))).status == "warn"
+    assert check_library(check_pair("7.0.2", (26, 4, 0))).status == "fail"
+
+
+def test_kfd_holders_leave_fleetd_itself_and_agents_out(tmp_path: Path) -> None:
+    """The same judgement as remediation's (tests/remedy/test_holders.py)."""
+    inspector = KfdInspector(tmp_path)
+    (tmp_path / "proc/31").mkdir(parents=True)
+    (tmp_path / "proc/31/comm").write_text("gpuagent\n")
+    ok = check_holders([4242], 4242, inspector=inspector)
+    assert ok.status == "ok" and "fleetd itself" in ok.detail
+    held = check_holders([4242, 777, 31], 4242, inspector=inspector)
+    assert held.status == "warn"
+    assert held.items == ("pid 777 (name unknown): VRAM unknown, queues unknown",)
+    assert "pid 31: monitoring agent gpuagent" in held.detail
+    assert check_holders(None, 1, "no_perm").status == "warn"
+
+
+def test_state_dir_is_checked_without_being_created(tmp_path: Path) -> None:
+    assert check_state_dir(tmp_path).status == "ok"
+    missing = tmp_path / "not" / "yet"
+    assert check_state_dir(missing).status == "ok" and not missing.exists()
+    read_only = tmp_path / "ro"
+    read_only.mkdir()
+    read_only.chmod(0o500)
+    try:
+        if os.geteuid() != 0:  # root writes anywhere: the check cannot fail as root
+            assert check_state_dir(read_only).status == "fail"
+    finally:
+        read_only.chmod(0o700)
+
+
+def test_blind_rules_are_listed_and_the_worst_status_is_the_exit_code() -> None:
+    rules = check_rules([BlindSpot("GpuXgmiError", ("fleetd_gpu_xgmi_error_status",))], 20)
+    assert rules.status == "warn"
+    assert rules.items == (
+        "GpuXgmiError can never fire here: fleetd_gpu_xgmi_error_status never provided",
+    )
+    checks = [Check("a", "ok", ""), rules]
+    assert exit_code(checks) == 1 and render_text(checks).endswith("doctor: warn (exit 1)")
+    assert exit_code([*checks, Check("b", "fail", "")]) == 2
+
+
+ALERTING = "alerting: {receivers: [{name: c, console: [{}]}]}\n"
+
+
+def doctor(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fleetd", "doctor", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_doctor_on_a_simulated_node(tmp_path: Path) -> None:
+    config = tmp_path / "fleetd.yaml"
+    config.write_text(f"state_dir: {tmp_path / 'state'}\n{ALERTING}")
+    result = doctor("--config", str(config), "--simulate", "healthy", "--json")
+    # every rule has its inputs on an MI355X, although it never provides the XGMI error
+    # status (INVAL): GpuXgmiError reads the XGMI_WAFL counts instead
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    by_name = {c["name"]: c for c in report["checks"]}
+    assert by_name["amdsmi"]["status"] == "ok" and by_name["hive"]["status"] == "ok"
+    assert by_name["rules"]["detail"].startswith("every one of")
+    # the XGMI error status answered INVAL on every GPU: listed, not a fault
+    unsupported = by_name["unsupported"]
+    assert unsupported["status"] == "ok"
+    assert unsupported["items"] == [
+        "amdsmi_gpu_xgmi_error_status (invalid_argument): GPU 0, 1, 2, 3, 4, 5, 6, 7"
+    ]
+    assert "root" not in by_name  # host checks are for a real node
+
+
+def test_doctor_refuses_nothing_but_reports_an_unsafe_library(tmp_path: Path) -> None:
+    scenario = tmp_path / "rocm713.yaml"
+    scenario.write_text("model: MI300X\nlibrary_version: 26.4.0\nsteps: []\n")
+    config = tmp_path / "fleetd.yaml"
+    config.write_text(f"state_dir: {tmp_path / 'state'}\n{ALERTING}")
+    result = doctor("--config", str(config), "--simulate", str(scenario))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "FAIL  amdsmi" in result.stdout and "176 bytes" in result.stdout
+    assert "not polled (unsafe library)" in result.stdout
