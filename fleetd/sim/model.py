@@ -691,12 +691,15 @@ class SimNode:
             gpu.ecc[params.block][1] += params.count
             if params.retire_page and params.block == "UMC":
                 self._add_page(gpu, w.AMDSMI_MEM_PAGE_STATUS_PENDING)
+            # Poison mode contains HBM (UMC) errors only: an uncorrectable error in any other
+            # block (XGMI/WAFL, PCIe, the cores) reaches the fatal-error path.
+            contained = params.block == "UMC" and not params.fatal
             severity = (
-                w.AMDSMI_CPER_SEV_FATAL if params.fatal else w.AMDSMI_CPER_SEV_NON_FATAL_UNCORRECTED
+                w.AMDSMI_CPER_SEV_NON_FATAL_UNCORRECTED if contained else w.AMDSMI_CPER_SEV_FATAL
             )
             notify = w.AMDSMI_CPER_NOTIFY_TYPE_MCE
             self._add_cper(gpu, severity, notify, params.block, params.count, now, params.afid)
-            if params.fatal:
+            if not contained:
                 self._ras_event_id += 1
                 self._kernel([kl.ras_fatal(bdf, self._ras_event_id)], now)
             self._ras_line(gpu, params.count, "uncorrectable", params.block, now)

@@ -21,7 +21,7 @@ def both(faces: Faces) -> list[tuple[Any, Any]]:
 def faulted(faces: Faces) -> None:
     faces.node.inject(2, "ecc_uncorrectable", block="XGMI_WAFL")  # AFID 18, physical
     faces.node.inject(2, "ecc_deferred", count=2)  # AFID 22, reset
-    faces.node.inject(2, "ecc_uncorrectable")  # UMC fatal, AFID 25, reboot
+    faces.node.inject(2, "ecc_uncorrectable", fatal=True)  # HBM fatal, AFID 20, physical
 
 
 def unsigned(item: dict[str, Any]) -> bytes:
@@ -38,8 +38,8 @@ def test_both_faces_give_the_same_afids_for_the_same_records(faces: Faces) -> No
         fixed = [{"bytes": list(unsigned(d)), "size": d["size"]} for d in data]
         seen.append((per_record, interface.amdsmi_get_afids_from_cper(fixed)))
     assert seen[0] == seen[1]
-    assert seen[0][0] == [([18], 1), ([22], 1), ([25], 1)]
-    assert seen[0][1] == ([18, 22, 25], 3)
+    assert seen[0][0] == [([18], 1), ([22], 1), ([20], 1)]
+    assert seen[0][1] == ([18, 22, 20], 3)
 
 
 def test_both_faces_fail_alike_on_bad_input(faces: Faces) -> None:
@@ -82,7 +82,7 @@ def test_the_reader_decodes_sim_records_to_actions(faces: Faces, face: str, tmp_
     assert got == [
         ("fatal", (18,), "physical"),
         ("non_fatal_uncorrected", (22,), "reset"),
-        ("fatal", (25,), "reboot"),
+        ("fatal", (20,), "physical"),
     ]
     assert all(not r.stale and r.problems == () for r in batch.records)
     assert [s.type for s in batch.records[0].sections] == ["amd_crashdump"]
@@ -91,5 +91,5 @@ def test_the_reader_decodes_sim_records_to_actions(faces: Faces, face: str, tmp_
     assert decoder is not None
     entries, _c, data, _s = a.amdsmi_get_gpu_cper_entries(h, 0b111)
     assert [r.afids for r in decode_cper_entries("g", entries, data, decoder)] == [
-        (18,), (22,), (25,)
+        (18,), (22,), (20,)
     ]

@@ -49,6 +49,9 @@ FAULT_CASES: dict[str, dict[str, Any]] = {
         "calls": ["amdsmi_get_temp_metric:VRAM", "amdsmi_get_gpu_ecc_count:UMC"],
     },
     "gpu_off_bus": {},
+    "ring_timeout": {"ring": "gfx_0.0.0", "pid": 5005},
+    "vm_fault": {"pid": 5005, "process": "vllm-worker-5"},
+    "firmware_failure": {},
 }
 STATUSES = UnsupportedFields.model_fields["status"].annotation.__args__  # type: ignore[union-attr]
 
