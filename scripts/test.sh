@@ -17,4 +17,6 @@ if command -v dpkg-deb >/dev/null; then
 fi
 python -m ruff check fleetd tests bench
 python -m mypy
-python -m pytest -q -p no:cacheprovider "$@"
+# Two worker processes, a test file each at a time (a file's fixtures, such as one end-to-end
+# run shared by its assertions, are built once); `-n 0` runs in one process.
+python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile "$@"

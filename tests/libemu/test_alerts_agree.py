@@ -20,7 +20,7 @@ from fleetd.rules.loader import RuleSet, load_rule_set
 from fleetd.sim import start_scenario
 from fleetd.store.memory import MemoryWindow
 
-from .pollers import HUNG_GPU_TIMEOUT, Pair
+from .pollers import GPU_TIMEOUT, HUNG_GPU_TIMEOUT, Pair
 
 RULE_SCENARIOS = Path(__file__).resolve().parents[1] / "rules" / "scenarios"
 NEEDS_VLLM = {"vllm"}  # needs stand-in vLLM workers; its GPU part is another scenario's
@@ -41,7 +41,10 @@ def test_each_rule_scenario_raises_the_same_alerts_on_both_faces(
     name: str, clock: FakeClock, polled: Callable[..., Pair], rules: RuleSet, tmp_path: Path
 ) -> None:
     node, runner = start_scenario(RULE_SCENARIOS / f"{name}.yaml", clock)
-    pair = polled(node, gpu_timeout=HUNG_GPU_TIMEOUT, sysfs=tmp_path)  # as on a node: /sys
+    # the short timeout only where a call hangs: elsewhere a loaded machine must not time
+    # out a healthy GPU on one face only
+    timeout = HUNG_GPU_TIMEOUT if name == "hung_call" else GPU_TIMEOUT
+    pair = polled(node, gpu_timeout=timeout, sysfs=tmp_path)  # as on a node: /sys
     poll_s = 10.0 if runner.scenario.end <= SHORT_SCENARIO_S else 30.0
     settings = EngineSettings(poll_interval_s=poll_s)
     engines = [RuleEngine(rules, settings, node="emulated", timer=clock.monotonic) for _ in "ab"]
