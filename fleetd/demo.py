@@ -169,6 +169,8 @@ def build_demo(
                 model=DEMO_MODEL,
             )
         )
+    if sim.runner is not None:  # the scenario's engine faults (a hung engine: health 200)
+        fleet.follow(sim.runner.scenario.workers, sim.runner.start)
     config = demo_config(state, port=port, workers=workers, fleet=fleet)
     daemon = Daemon(
         config,

@@ -159,6 +159,18 @@ class Step(StrictModel):
         return next(name for name in _ACTIONS if getattr(self, name) not in (None, False))
 
 
+class WorkerStep(StrictModel):
+    """A timed change to a stand-in vLLM worker's engine (``fleetd.sim.vllm_worker``).
+
+    The GPUs never see it: a hung engine is a serving fault with healthy hardware, which is
+    exactly what only the vLLM counters reveal.
+    """
+
+    at: Duration
+    worker: str = Field(min_length=1)
+    engine: Literal["hung", "ok"]
+
+
 class Scenario(StrictModel):
     """A validated scenario file."""
 
@@ -171,6 +183,9 @@ class Scenario(StrictModel):
     duration: Duration | None = None
     load_profile: LoadProfile | None = None
     steps: list[Step] = Field(default_factory=list)
+    workers: list[WorkerStep] = Field(default_factory=list)
+    """Engine changes of the stand-in vLLM workers (demo and tests); a node without stand-ins
+    ignores them."""
 
     @model_validator(mode="after")
     def _profile_needs_duration(self) -> Scenario:
@@ -404,6 +419,7 @@ __all__ = [
     "Scenario",
     "ScenarioRunner",
     "Step",
+    "WorkerStep",
     "load_scenario",
     "parse_scenario",
     "scenario_names",

@@ -9,6 +9,11 @@ moves; a unit that stops (aborting what is left, as vLLM without --shutdown-time
 starts (loading for ``startup_s`` before it answers); and a process registered on the
 simulated GPUs so the release check sees it and a hive reset kills it.
 
+A *hung engine* (``hang_engine``, or a scenario's ``workers`` step ``engine: hung``) is the
+most reported vLLM hang (vllm-project/vllm#39863): ``/health`` and ``/v1/models`` still answer
+200, but the running requests fall back to the queue (``Running: 0, Waiting: N``, KV cache
+0 %), no token is generated, and a completion is queued and never answered.
+
 ``StandInFleet`` runs several workers plus one control server that a stand-in ``systemctl``
 script (written into a ``bin`` directory the test puts first on PATH) and a load balancer
 hook (HTTP ``/rotation/<worker>/out|in``) talk to.
@@ -21,6 +26,7 @@ import shutil
 import stat
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,6 +38,10 @@ from fleetd.clock import Clock
 from fleetd.sim.loopback import LoopbackHTTPServer
 
 UnitState = Literal["active", "activating", "inactive", "failed"]
+EngineMode = Literal["ok", "hung"]
+HUNG_REPLY_LIMIT_S = 30.0
+"""Longest (real) time a completion sent to a hung engine is held before the connection drops;
+the client's own timeout is normally far shorter."""
 
 
 class ProcessTable(Protocol):
@@ -47,6 +57,17 @@ class ProcessTable(Protocol):
     ) -> None: ...
 
     def remove_process(self, pid: int) -> bool: ...
+
+
+class WorkerPlan(Protocol):
+    """A scenario's engine step (``fleetd.sim.scenario.WorkerStep``)."""
+
+    @property
+    def at(self) -> float: ...
+    @property
+    def worker(self) -> str: ...
+    @property
+    def engine(self) -> EngineMode: ...
 
 
 @dataclass
@@ -104,6 +125,10 @@ class StandInVllm:
         self._running: list[_Request] = []
         self._waiting: deque[_Request] = deque()
         self._done_tokens = 0.0
+        self._engine: EngineMode = "ok"
+        self._engine_plan: list[tuple[float, EngineMode]] = []  # (clock time, mode), sorted
+        self.held_completions = 0  # completions a hung engine has queued and never answered
+        self._closed = False
         self._server = LoopbackHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._thread = threading.Thread(
             target=self._server.serve_forever, args=(0.05,), name=f"standin-{name}", daemon=True
@@ -123,6 +148,7 @@ class StandInVllm:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True  # a completion held by a hung engine is let go
             self._unregister()
             self._state = "inactive"
         self._server.shutdown()
@@ -182,6 +208,46 @@ class StandInVllm:
             self._processes.remove_process(self._pid)
         self._pid = None
 
+    # ---- the engine ----------------------------------------------------------------------
+    def hang_engine(self, at: float | None = None) -> None:
+        """The engine hangs at ``at`` (default now) while the server keeps answering health."""
+        self.plan_engine("hung", at)
+
+    def resume_engine(self, at: float | None = None) -> None:
+        """The engine makes progress again at ``at`` (default now)."""
+        self.plan_engine("ok", at)
+
+    def plan_engine(self, mode: EngineMode, at: float | None = None) -> None:
+        with self._lock:
+            when = self._clock.now() if at is None else at
+            self._engine_plan.append((when, mode))
+            self._engine_plan.sort(key=lambda item: item[0])
+            self._advance()
+
+    def engine_mode(self) -> EngineMode:
+        with self._lock:
+            self._advance()
+            return self._engine
+
+    def _set_engine(self, mode: EngineMode, at: float) -> None:
+        if mode == self._engine:
+            return
+        if mode == "hung":
+            # what ran until now is generated; the rest goes back to the head of the queue
+            for req in sorted(self._running, key=lambda r: r.started or at, reverse=True):
+                ran = max(0.0, at - (req.started or at))
+                self._done_tokens += req.tokens_per_s * ran
+                req.duration = max(0.0, req.duration - ran)
+                req.started = None
+                self._waiting.appendleft(req)
+            self._running.clear()
+        else:
+            while self._waiting and len(self._running) < self.max_running:
+                req = self._waiting.popleft()
+                req.started = at
+                self._running.append(req)
+        self._engine = mode
+
     # ---- requests ------------------------------------------------------------------------
     def add_requests(self, count: int, duration_s: float) -> None:
         """Requests arriving now, each taking ``duration_s`` of clock time once running."""
@@ -192,7 +258,7 @@ class StandInVllm:
             now = self._clock.now()
             for _ in range(count):
                 req = _Request(duration_s, self.tokens_per_s)
-                if len(self._running) < self.max_running:
+                if self._engine == "ok" and len(self._running) < self.max_running:
                     req.started = now
                     self._running.append(req)
                 else:
@@ -212,8 +278,18 @@ class StandInVllm:
             return self._done_tokens + partial
 
     def _advance(self) -> None:
-        """Finish every request whose time has come, starting queued ones in their place."""
+        """Finish every request whose time has come, starting queued ones in their place;
+        engine mode changes take effect at their own time."""
         now = self._clock.now()
+        while self._engine_plan and self._engine_plan[0][0] <= now:
+            at, mode = self._engine_plan.pop(0)
+            self._progress(at)
+            self._set_engine(mode, at)
+        self._progress(now)
+
+    def _progress(self, now: float) -> None:
+        if self._engine == "hung":
+            return
         while self._running:
             first = min(self._running, key=lambda r: r.finish_at())
             at = first.finish_at()
@@ -227,11 +303,33 @@ class StandInVllm:
                 nxt.started = at
                 self._running.append(nxt)
 
+    def wait_for_engine(self, limit_s: float = HUNG_REPLY_LIMIT_S) -> bool:
+        """A completion's wait for the engine (an HTTP thread): True at once while it works;
+        held in the queue while it is hung — for as long as the client waits, up to
+        ``limit_s`` of real time — and False if it never came back."""
+        if self.engine_mode() == "ok":
+            return True
+        with self._lock:
+            self.held_completions += 1
+        try:
+            stop = threading.Event()
+            deadline = time.monotonic() + limit_s
+            while time.monotonic() < deadline and not self._closed:
+                if self.engine_mode() == "ok":
+                    return True
+                stop.wait(0.05)  # another thread (the test's clock) decides; not a test sleep
+            return False
+        finally:
+            with self._lock:
+                self.held_completions -= 1
+
     # ---- HTTP views ----------------------------------------------------------------------
     def metrics_text(self) -> str:
         running, waiting = self.load()
+        waiting += self.held_completions
         labels = f'model_name="{self.model}",engine="0"'
         tokens = self.generation_tokens()
+        kv = round(0.9 * running / self.max_running, 4) if self.max_running else 0.0
         return (
             "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
             "# TYPE vllm:num_requests_running gauge\n"
@@ -239,6 +337,9 @@ class StandInVllm:
             "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
             "# TYPE vllm:num_requests_waiting gauge\n"
             f"vllm:num_requests_waiting{{{labels}}} {float(waiting)}\n"
+            "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n"
+            "# TYPE vllm:kv_cache_usage_perc gauge\n"
+            f"vllm:kv_cache_usage_perc{{{labels}}} {kv}\n"
             "# HELP vllm:generation_tokens_total Number of generation tokens processed.\n"
             "# TYPE vllm:generation_tokens_total counter\n"
             f"vllm:generation_tokens_total{{{labels}}} {tokens}\n"
@@ -308,6 +409,9 @@ def _handler_for(worker: StandInVllm) -> type[BaseHTTPRequestHandler]:
             if worker.refuse_completions_while():
                 self._send(503, b'{"error": "draining: not accepting requests"}')
                 return
+            if not worker.wait_for_engine():
+                self.close_connection = True  # queued behind a hung engine: never answered
+                return
             reply = {
                 "id": "cmpl-standin",
                 "object": "text_completion",
@@ -363,6 +467,18 @@ class StandInFleet:
         self.workers[name] = worker
         worker.start_unit()
         return worker
+
+    def follow(self, steps: Sequence[WorkerPlan], start: float) -> list[str]:
+        """Schedule a scenario's ``workers`` steps (scenario time from ``start``); returns the
+        steps naming no worker of this fleet (they are skipped)."""
+        unknown: list[str] = []
+        for step in steps:
+            worker = self.workers.get(step.worker)
+            if worker is None:
+                unknown.append(step.worker)
+                continue
+            worker.plan_engine(step.engine, start + step.at)
+        return unknown
 
     def by_unit(self, unit: str) -> StandInVllm | None:
         for worker in self.workers.values():
