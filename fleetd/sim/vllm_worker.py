@@ -22,6 +22,7 @@ hook (HTTP ``/rotation/<worker>/out|in``) talk to.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import stat
 import sys
@@ -72,13 +73,89 @@ class WorkerPlan(Protocol):
 
 @dataclass
 class _Request:
-    duration: float
-    tokens_per_s: float
+    duration: float  # what is left, in seconds at full GPU speed
+    tokens_per_s: float  # at full speed
+    arrived: float = 0.0
     started: float | None = None
+    first_started: float | None = None
+    speed: float = 1.0  # the GPUs' speed (0-1] when it (re)started
+    decode_s: float = 0.0
+    tokens: float = 0.0  # generated so far
 
     def finish_at(self) -> float:
         assert self.started is not None
-        return self.started + self.duration
+        return self.started + self.duration / self.speed
+
+    def rate(self) -> float:
+        return self.tokens_per_s * self.speed
+
+
+# vLLM's own bucket bounds (vllm/v1/metrics/loggers.py), so the stand-in's histograms have the
+# layout fleetd meets in production
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+                7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+               10.0, 20.0, 40.0, 80.0)  # fmt: skip
+REQUEST_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
+                   60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
+PREFILL_S = 0.08  # prefill of the stand-in's prompt at full speed
+PROMPT_TOKENS = 512
+HISTOGRAMS = (
+    ("vllm:time_to_first_token_seconds", TTFT_BUCKETS),
+    ("vllm:inter_token_latency_seconds", ITL_BUCKETS),
+    ("vllm:e2e_request_latency_seconds", REQUEST_BUCKETS),
+    ("vllm:request_queue_time_seconds", REQUEST_BUCKETS),
+    ("vllm:request_prefill_time_seconds", REQUEST_BUCKETS),
+    ("vllm:request_decode_time_seconds", REQUEST_BUCKETS),
+)
+
+
+class _Hist:
+    """A cumulative histogram as vLLM's prometheus_client one renders it."""
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(bounds)
+        self.counts = [0.0] * (len(self.bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float, times: float = 1.0) -> None:
+        index = next((i for i, b in enumerate(self.bounds) if value <= b), len(self.bounds))
+        self.counts[index] += times
+        self.sum += value * times
+
+    def text(self, name: str, labels: str) -> str:
+        lines = [f"# HELP {name} Histogram.", f"# TYPE {name} histogram"]
+        running = 0.0
+        for bound, count in zip((*self.bounds, math.inf), self.counts, strict=True):
+            running += count
+            le = "+Inf" if bound == math.inf else repr(float(bound))
+            lines.append(f'{name}_bucket{{{labels},le="{le}"}} {running}')
+        lines.append(f"{name}_sum{{{labels}}} {self.sum}")
+        lines.append(f"{name}_count{{{labels}}} {running}")
+        return "\n".join(lines) + "\n"
+
+
+def sim_speed(node: object, gpus: Sequence[int]) -> float:
+    """How fast the worker's GPUs run now, 0-1: the slowest GPU's gfx clock over what it would
+    be at its load unthrottled (a tensor-parallel step waits for the slowest GPU)."""
+    speeds = [1.0]
+    sim_gpus = getattr(node, "gpus", None)
+    clock_of = getattr(node, "gfx_clock_mhz", None)
+    if sim_gpus is None or clock_of is None:
+        return 1.0
+    sync = getattr(node, "sync", None)
+    if sync is not None:
+        sync()
+    for index in gpus:
+        if not 0 <= index < len(sim_gpus):
+            continue
+        gpu = sim_gpus[index]
+        lo, hi = gpu.spec.gfx_clk_mhz
+        if gpu.load < 0.02:
+            continue
+        nominal = lo + (hi - lo) * (0.55 + 0.45 * gpu.load)
+        speeds.append(min(1.0, max(0.05, clock_of(gpu) / nominal)))
+    return min(speeds)
 
 
 class StandInVllm:
@@ -129,6 +206,9 @@ class StandInVllm:
         self._engine_plan: list[tuple[float, EngineMode]] = []  # (clock time, mode), sorted
         self.held_completions = 0  # completions a hung engine has queued and never answered
         self._closed = False
+        self.speed: Callable[[], float] = lambda: 1.0  # the GPUs' speed now, 0-1
+        self._hists = {name: _Hist(bounds) for name, bounds in HISTOGRAMS}
+        self._prompt_tokens = 0.0
         self._server = LoopbackHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._thread = threading.Thread(
             target=self._server.serve_forever, args=(0.05,), name=f"standin-{name}", daemon=True
@@ -236,17 +316,39 @@ class StandInVllm:
             # what ran until now is generated; the rest goes back to the head of the queue
             for req in sorted(self._running, key=lambda r: r.started or at, reverse=True):
                 ran = max(0.0, at - (req.started or at))
-                self._done_tokens += req.tokens_per_s * ran
-                req.duration = max(0.0, req.duration - ran)
+                self._done_tokens += req.rate() * ran
+                req.tokens += req.rate() * ran
+                req.decode_s += ran
+                req.duration = max(0.0, req.duration - ran * req.speed)
                 req.started = None
                 self._waiting.appendleft(req)
             self._running.clear()
         else:
             while self._waiting and len(self._running) < self.max_running:
-                req = self._waiting.popleft()
-                req.started = at
-                self._running.append(req)
+                self._start(self._waiting.popleft(), at)
         self._engine = mode
+
+    def _start(self, req: _Request, at: float) -> None:
+        req.started = at
+        req.speed = self.speed()
+        if req.first_started is None:
+            req.first_started = at
+        self._running.append(req)
+
+    def _observe(self, req: _Request, at: float) -> None:
+        """A finished request's latencies, as vLLM records them (prefill at the GPUs' speed)."""
+        assert req.first_started is not None
+        queue = req.first_started - req.arrived
+        prefill = PREFILL_S / req.speed
+        hists = self._hists
+        hists["vllm:time_to_first_token_seconds"].observe(queue + prefill)
+        if req.tokens > 0:
+            hists["vllm:inter_token_latency_seconds"].observe(req.decode_s / req.tokens, req.tokens)
+        hists["vllm:e2e_request_latency_seconds"].observe(at - req.arrived + prefill)
+        hists["vllm:request_queue_time_seconds"].observe(queue)
+        hists["vllm:request_prefill_time_seconds"].observe(prefill)
+        hists["vllm:request_decode_time_seconds"].observe(req.decode_s)
+        self._prompt_tokens += PROMPT_TOKENS
 
     # ---- requests ------------------------------------------------------------------------
     def add_requests(self, count: int, duration_s: float) -> None:
@@ -257,10 +359,9 @@ class StandInVllm:
             self._advance()
             now = self._clock.now()
             for _ in range(count):
-                req = _Request(duration_s, self.tokens_per_s)
+                req = _Request(duration_s, self.tokens_per_s, arrived=now)
                 if self._engine == "ok" and len(self._running) < self.max_running:
-                    req.started = now
-                    self._running.append(req)
+                    self._start(req, now)
                 else:
                     self._waiting.append(req)
 
@@ -274,7 +375,7 @@ class StandInVllm:
         with self._lock:
             self._advance()
             now = self._clock.now()
-            partial = sum(r.tokens_per_s * (now - (r.started or now)) for r in self._running)
+            partial = sum(r.rate() * (now - (r.started or now)) for r in self._running)
             return self._done_tokens + partial
 
     def _advance(self) -> None:
@@ -296,12 +397,15 @@ class StandInVllm:
             if at > now:
                 break
             self._running.remove(first)
-            self._done_tokens += first.tokens_per_s * first.duration
+            assert first.started is not None
+            ran = at - first.started
+            self._done_tokens += first.rate() * ran
+            first.tokens += first.rate() * ran
+            first.decode_s += ran
             self.completed += 1
+            self._observe(first, at)
             if self._waiting:
-                nxt = self._waiting.popleft()
-                nxt.started = at
-                self._running.append(nxt)
+                self._start(self._waiting.popleft(), at)
 
     def wait_for_engine(self, limit_s: float = HUNG_REPLY_LIMIT_S) -> bool:
         """A completion's wait for the engine (an HTTP thread): True at once while it works;
@@ -349,7 +453,18 @@ class StandInVllm:
             f"{float(self.completed)}\n"
             f'vllm:request_success_total{{{labels},finished_reason="abort"}} '
             f"{float(self.aborted)}\n"
+            "# HELP vllm:prompt_tokens_total Number of prefill tokens processed.\n"
+            "# TYPE vllm:prompt_tokens_total counter\n"
+            f"vllm:prompt_tokens_total{{{labels}}} {self._prompt_tokens}\n"
+            "# HELP vllm:num_preemptions_total Cumulative number of preemptions.\n"
+            "# TYPE vllm:num_preemptions_total counter\n"
+            f"vllm:num_preemptions_total{{{labels}}} 0.0\n"
+            + self._histograms_text(labels)
         )
+
+    def _histograms_text(self, labels: str) -> str:
+        with self._lock:
+            return "".join(h.text(name, labels) for name, h in self._hists.items())
 
 
 def _handler_for(worker: StandInVllm) -> type[BaseHTTPRequestHandler]:
@@ -464,6 +579,9 @@ class StandInFleet:
         kwargs.setdefault("unit", f"vllm@{name}.service")
         kwargs.setdefault("pid_base", 40_000 + 1_000 * len(self.workers))
         worker = StandInVllm(name, gpus, clock=self._clock, processes=self._processes, **kwargs)
+        if self._processes is not None:
+            node, served = self._processes, tuple(gpus)
+            worker.speed = lambda: sim_speed(node, served)
         self.workers[name] = worker
         worker.start_unit()
         return worker
