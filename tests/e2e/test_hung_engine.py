@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -25,6 +26,7 @@ from fleetd.sim.vllm_worker import StandInVllm
 from tests.e2e.standins.ports import free_port
 
 STALLED = "VllmWorkerStalled"
+PROMTOOL = shutil.which("promtool")
 
 
 def fast_pack(directory: Path) -> Path:
@@ -120,6 +122,15 @@ def test_a_hung_engine_answering_health_fires_the_stall_rule(
         assert 'fleetd_vllm_requests_running{gpu="0",worker="w0"} 0.0' in text
         assert 'fleetd_vllm_requests_waiting{gpu="0",worker="w0"} 4.0' in text
         assert 'fleetd_vllm_up{gpu="0",worker="w0"} 1.0' in text  # health still 200
+        # the worker's latency histograms, stored and exported as Prometheus histograms
+        assert "# TYPE fleetd_vllm_time_to_first_token_seconds histogram" in text
+        assert 'fleetd_vllm_inter_token_latency_seconds_bucket{le="+Inf",model=' in text
+        if PROMTOOL is not None:
+            lint = subprocess.run(
+                [PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True,
+                timeout=30, check=False,
+            )  # fmt: skip
+            assert lint.returncode == 0, lint.stderr
     finally:
         proc.terminate()
         try:
