@@ -20,28 +20,50 @@ NaN results are kept in the vector, as in Prometheus: a comparison such as ``> 2
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections.abc import Mapping
 
 from fleetd.model import Labels
 
 LE = "le"
+_SPLIT_CACHE_LIMIT = 200_000  # label sets remembered; far above a node's bucket series
+_split_cache: dict[Labels, tuple[Labels, float] | None] = {}
+
+
+def _split(labels: Labels) -> tuple[Labels, float] | None:
+    """(labels without ``le``, its bound), or None without a parsable ``le``; the same bucket
+    series come back every evaluation, so the answer is remembered."""
+    found = _split_cache.get(labels, False)
+    if found is not False:
+        return found  # type: ignore[return-value]
+    bound_text = next((v for k, v in labels if k == LE), None)
+    result: tuple[Labels, float] | None = None
+    if bound_text is not None:
+        try:
+            result = (tuple(p for p in labels if p[0] != LE), float(bound_text))
+        except ValueError:
+            result = None
+    if len(_split_cache) >= _SPLIT_CACHE_LIMIT:
+        _split_cache.clear()
+    _split_cache[labels] = result
+    return result
 
 
 def histogram_quantile(q: float, vector: Mapping[Labels, float]) -> dict[Labels, float]:
     """The q-quantile of each histogram in ``vector`` (labels without ``le``)."""
     groups: dict[Labels, dict[float, float]] = {}
     for labels, value in vector.items():
-        bound_text = next((v for k, v in labels if k == LE), None)
-        if bound_text is None:
+        split = _split(labels)
+        if split is None:
             continue
-        try:
-            bound = float(bound_text)
-        except ValueError:
-            continue
-        key = tuple(p for p in labels if p[0] != LE)
-        buckets = groups.setdefault(key, {})
-        buckets[bound] = buckets.get(bound, 0.0) + value
+        key, bound = split
+        buckets = groups.get(key)
+        if buckets is None:
+            groups[key] = {bound: value}
+        else:
+            buckets[bound] = buckets.get(bound, 0.0) + value
     return {key: bucket_quantile(q, sorted(b.items())) for key, b in groups.items()}
 
 
@@ -55,12 +77,15 @@ def bucket_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
         return math.inf
     if len(buckets) < 2 or buckets[-1][0] != math.inf:
         return math.nan
-    counts = _monotonic([c for _, c in buckets])
+    raw = [c for _, c in buckets]
+    if not raw[-1] > 0:  # zero observations, or a NaN count
+        return math.nan
+    counts = list(itertools.accumulate(raw, max))  # monotonic: the largest count so far
     total = counts[-1]
-    if not total > 0:  # zero observations, or NaN counts
+    if math.isnan(total):
         return math.nan
     rank = q * total
-    b = next(i for i, c in enumerate(counts) if c >= rank)
+    b = bisect.bisect_left(counts, rank)
     if b == len(buckets) - 1:
         return buckets[-2][0]
     if b == 0 and buckets[0][0] <= 0:
@@ -73,15 +98,3 @@ def bucket_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
     if count == 0:
         return math.nan if rank == 0 else end
     return start + (end - start) * (rank / count)
-
-
-def _monotonic(counts: list[float]) -> list[float]:
-    out: list[float] = []
-    high = -math.inf
-    for c in counts:
-        if math.isnan(c):
-            out.append(c)
-            continue
-        high = max(high, c)
-        out.append(high)
-    return out
