@@ -333,6 +333,28 @@ VLLM_METRICS: tuple[MetricSpec, ...] = (
 )
 
 SERVING_METRICS: tuple[MetricSpec, ...] = (
+    _m(
+        "fleetd_vllm_peer_slowdown_ratio",
+        "gauge",
+        "ratio",
+        "A worker decoding slower than its peers on the node (same model): its time per token "
+        "over the peers' median, minus 1, while it is an outlier, with the attribution "
+        "(hardware, engine, workload) and the number of peers; 0 for an hour once it is not.",
+        "worker",
+        "model",
+        "gpu",
+        "attribution",
+        "peers",
+    ),
+    _m(
+        "fleetd_vllm_peer_compared",
+        "gauge",
+        "",
+        "1 when the worker could be compared with enough peers, 0 when not (too few peers with "
+        "data, or no decode figure of its own).",
+        "worker",
+        "model",
+    ),
     # vLLM's latency histograms and serving counters (fleetd/vllm/serving.py); one series per
     # worker and model, not per GPU. Not yet on a dashboard (tests/dashboards COVERED_GROUPS).
     *(

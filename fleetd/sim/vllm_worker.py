@@ -207,6 +207,9 @@ class StandInVllm:
         self.held_completions = 0  # completions a hung engine has queued and never answered
         self._closed = False
         self.speed: Callable[[], float] = lambda: 1.0  # the GPUs' speed now, 0-1
+        self.engine_speed = 1.0  # < 1: a slow engine on healthy GPUs (a bad build, a setting)
+        self.batch_penalty = 0.0  # per extra running request: bigger batches decode slower
+        self.prompt_tokens = PROMPT_TOKENS  # per request; prefill time grows with it
         self._hists = {name: _Hist(bounds) for name, bounds in HISTOGRAMS}
         self._prompt_tokens = 0.0
         self._server = LoopbackHTTPServer(("127.0.0.1", 0), _handler_for(self))
@@ -330,7 +333,8 @@ class StandInVllm:
 
     def _start(self, req: _Request, at: float) -> None:
         req.started = at
-        req.speed = self.speed()
+        batch = 1.0 + self.batch_penalty * len(self._running)
+        req.speed = self.speed() * self.engine_speed / batch
         if req.first_started is None:
             req.first_started = at
         self._running.append(req)
@@ -339,7 +343,7 @@ class StandInVllm:
         """A finished request's latencies, as vLLM records them (prefill at the GPUs' speed)."""
         assert req.first_started is not None
         queue = req.first_started - req.arrived
-        prefill = PREFILL_S / req.speed
+        prefill = PREFILL_S * self.prompt_tokens / PROMPT_TOKENS / req.speed
         hists = self._hists
         hists["vllm:time_to_first_token_seconds"].observe(queue + prefill)
         if req.tokens > 0:
@@ -348,7 +352,7 @@ class StandInVllm:
         hists["vllm:request_queue_time_seconds"].observe(queue)
         hists["vllm:request_prefill_time_seconds"].observe(prefill)
         hists["vllm:request_decode_time_seconds"].observe(req.decode_s)
-        self._prompt_tokens += PROMPT_TOKENS
+        self._prompt_tokens += self.prompt_tokens
 
     # ---- requests ------------------------------------------------------------------------
     def add_requests(self, count: int, duration_s: float) -> None:
