@@ -168,7 +168,18 @@ class WorkerStep(StrictModel):
 
     at: Duration
     worker: str = Field(min_length=1)
-    engine: Literal["hung", "ok"]
+    engine: Literal["hung", "ok"] | None = None
+    """``hung``: health 200, no progress (vllm-project/vllm#39863); ``ok``: progress again."""
+    speed: float | None = Field(None, gt=0, le=1)
+    """The engine's own speed on healthy GPUs (0.7: a slow build or setting)."""
+    prompt_tokens: int | None = Field(None, gt=0, le=1_000_000)
+    """Prompt tokens per request from now on (a traffic shift)."""
+
+    @model_validator(mode="after")
+    def _something(self) -> WorkerStep:
+        if self.engine is None and self.speed is None and self.prompt_tokens is None:
+            raise ValueError("a worker step needs engine, speed or prompt_tokens")
+        return self
 
 
 class Scenario(StrictModel):

@@ -61,14 +61,18 @@ class ProcessTable(Protocol):
 
 
 class WorkerPlan(Protocol):
-    """A scenario's engine step (``fleetd.sim.scenario.WorkerStep``)."""
+    """A scenario's worker step (``fleetd.sim.scenario.WorkerStep``)."""
 
     @property
     def at(self) -> float: ...
     @property
     def worker(self) -> str: ...
     @property
-    def engine(self) -> EngineMode: ...
+    def engine(self) -> EngineMode | None: ...
+    @property
+    def speed(self) -> float | None: ...
+    @property
+    def prompt_tokens(self) -> int | None: ...
 
 
 @dataclass
@@ -203,7 +207,8 @@ class StandInVllm:
         self._waiting: deque[_Request] = deque()
         self._done_tokens = 0.0
         self._engine: EngineMode = "ok"
-        self._engine_plan: list[tuple[float, EngineMode]] = []  # (clock time, mode), sorted
+        # (clock time, engine mode or a change of speed/prompt length), sorted by time
+        self._engine_plan: list[tuple[float, EngineMode | Callable[[], None]]] = []
         self.held_completions = 0  # completions a hung engine has queued and never answered
         self._closed = False
         self.speed: Callable[[], float] = lambda: 1.0  # the GPUs' speed now, 0-1
@@ -307,6 +312,13 @@ class StandInVllm:
             self._engine_plan.sort(key=lambda item: item[0])
             self._advance()
 
+    def plan_change(self, at: float, change: Callable[[], None]) -> None:
+        """Apply ``change`` (e.g. a slower engine, longer prompts) at clock time ``at``."""
+        with self._lock:
+            self._engine_plan.append((at, change))
+            self._engine_plan.sort(key=lambda item: item[0])
+            self._advance()
+
     def engine_mode(self) -> EngineMode:
         with self._lock:
             self._advance()
@@ -389,7 +401,10 @@ class StandInVllm:
         while self._engine_plan and self._engine_plan[0][0] <= now:
             at, mode = self._engine_plan.pop(0)
             self._progress(at)
-            self._set_engine(mode, at)
+            if callable(mode):
+                mode()
+            else:
+                self._set_engine(mode, at)
         self._progress(now)
 
     def _progress(self, now: float) -> None:
@@ -599,7 +614,13 @@ class StandInFleet:
             if worker is None:
                 unknown.append(step.worker)
                 continue
-            worker.plan_engine(step.engine, start + step.at)
+            at = start + step.at
+            if step.engine is not None:
+                worker.plan_engine(step.engine, at)
+            if step.speed is not None:
+                worker.plan_change(at, _setter(worker, "engine_speed", step.speed))
+            if step.prompt_tokens is not None:
+                worker.plan_change(at, _setter(worker, "prompt_tokens", step.prompt_tokens))
         return unknown
 
     def by_unit(self, unit: str) -> StandInVllm | None:
@@ -620,6 +641,13 @@ class StandInFleet:
             worker.close()
         self._control.shutdown()
         self._control.server_close()
+
+
+def _setter(worker: StandInVllm, name: str, value: float) -> Callable[[], None]:
+    def apply() -> None:
+        setattr(worker, name, value)
+
+    return apply
 
 
 def _control_handler(fleet: StandInFleet) -> type[BaseHTTPRequestHandler]:
