@@ -356,7 +356,7 @@ SERVING_METRICS: tuple[MetricSpec, ...] = (
         "model",
     ),
     # vLLM's latency histograms and serving counters (fleetd/vllm/serving.py); one series per
-    # worker and model, not per GPU. Not yet on a dashboard (tests/dashboards COVERED_GROUPS).
+    # worker and model, not per GPU (the node dashboard's "Serving" row).
     *(
         spec
         for family, what in (

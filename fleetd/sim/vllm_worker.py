@@ -104,6 +104,7 @@ REQUEST_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.
                    60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
 PREFILL_S = 0.08  # prefill of the stand-in's prompt at full speed
 PROMPT_TOKENS = 512
+PREFIX_HIT_SHARE = 0.25  # of prompt tokens found in the prefix cache (a shared system prompt)
 HISTOGRAMS = (
     ("vllm:time_to_first_token_seconds", TTFT_BUCKETS),
     ("vllm:inter_token_latency_seconds", ITL_BUCKETS),
@@ -475,6 +476,12 @@ class StandInVllm:
             "# HELP vllm:prompt_tokens_total Number of prefill tokens processed.\n"
             "# TYPE vllm:prompt_tokens_total counter\n"
             f"vllm:prompt_tokens_total{{{labels}}} {self._prompt_tokens}\n"
+            "# HELP vllm:prefix_cache_queries_total Prefix-cache queries, in tokens.\n"
+            "# TYPE vllm:prefix_cache_queries_total counter\n"
+            f"vllm:prefix_cache_queries_total{{{labels}}} {self._prompt_tokens}\n"
+            "# HELP vllm:prefix_cache_hits_total Prefix-cache hits, in tokens.\n"
+            "# TYPE vllm:prefix_cache_hits_total counter\n"
+            f"vllm:prefix_cache_hits_total{{{labels}}} {self._prompt_tokens * PREFIX_HIT_SHARE}\n"
             "# HELP vllm:num_preemptions_total Cumulative number of preemptions.\n"
             "# TYPE vllm:num_preemptions_total counter\n"
             f"vllm:num_preemptions_total{{{labels}}} 0.0\n"
