@@ -141,11 +141,14 @@ class _Hist:
 
 
 def sim_speed(node: object, gpus: Sequence[int]) -> float:
-    """How fast the worker's GPUs run now, 0-1: the slowest GPU's gfx clock over what it would
-    be at its load unthrottled (a tensor-parallel step waits for the slowest GPU)."""
+    """How fast the worker's GPUs run now, 0-1, for the slowest GPU (a tensor-parallel step
+    waits for it): its gfx clock over what it would be at its load unthrottled, times the host
+    link's share of its full bandwidth (a link trained down to half costs a quarter: the
+    stand-in's model of the host traffic in every decode step)."""
     speeds = [1.0]
     sim_gpus = getattr(node, "gpus", None)
     clock_of = getattr(node, "gfx_clock_mhz", None)
+    link_of = getattr(node, "pcie_link", None)
     if sim_gpus is None or clock_of is None:
         return 1.0
     sync = getattr(node, "sync", None)
@@ -159,7 +162,12 @@ def sim_speed(node: object, gpus: Sequence[int]) -> float:
         if gpu.load < 0.02:
             continue
         nominal = lo + (hi - lo) * (0.55 + 0.45 * gpu.load)
-        speeds.append(min(1.0, max(0.05, clock_of(gpu) / nominal)))
+        speed = min(1.0, max(0.05, clock_of(gpu) / nominal))
+        if link_of is not None:
+            width, mts = link_of(index)
+            full = gpu.spec.pcie_max_width * gpu.spec.pcie_max_speed_mts
+            speed *= 0.5 + 0.5 * min(1.0, width * mts / full)
+        speeds.append(speed)
     return min(speeds)
 
 

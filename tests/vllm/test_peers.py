@@ -231,3 +231,10 @@ def test_a_traffic_shift_on_one_worker_is_blamed_on_the_workload(node) -> None: 
     workers[6].prompt_tokens = 4096  # long prompts, and decoding with them is slower
     workers[6].engine_speed = 0.75
     assert slow_ones(run_node(clock, rig, fleet, minutes=7)) == {"gpu6": "workload"}
+
+
+def test_a_link_trained_down_is_blamed_on_the_hardware(node) -> None:  # type: ignore[no-untyped-def]
+    clock, rig, fleet = node
+    add_workers(fleet)
+    rig.node.inject(4, "pcie_downgrade", width=8, speed_mts=32000)  # x16 -> x8: 25 % slower
+    assert slow_ones(run_node(clock, rig, fleet, minutes=7)) == {"gpu4": "hardware"}
