@@ -158,7 +158,9 @@ class Daemon:
             else None
         )
         self.tokens = TokensPerJouleTracker(config.vllm.workers)
-        self.peers = PeerComparison(config.vllm.workers, config.vllm.peers)
+        self.peers = PeerComparison(
+            config.vllm.workers, config.vllm.peers, scrape_interval=config.vllm.scrape_interval
+        )
         self.dispatcher: Dispatcher | None = None
         self.remediation: Remediation | None = None
         self.service: ServiceWatch | None = None

@@ -151,9 +151,7 @@ def sim_speed(node: object, gpus: Sequence[int]) -> float:
     link_of = getattr(node, "pcie_link", None)
     if sim_gpus is None or clock_of is None:
         return 1.0
-    sync = getattr(node, "sync", None)
-    if sync is not None:
-        sync()
+    # the node as of its last poll: advancing it from an HTTP thread would race the poller
     for index in gpus:
         if not 0 <= index < len(sim_gpus):
             continue

@@ -137,13 +137,18 @@ def _per_gpu(found: Mapping[SeriesKey, float], combine: str = "sum") -> dict[int
 
 
 def gather(
-    query: Query, workers: Sequence[VllmWorkerConfig], now: float, window: float
+    query: Query,
+    workers: Sequence[VllmWorkerConfig],
+    now: float,
+    window: float,
+    *,
+    fresh_s: float = 30.0,
 ) -> list[WorkerFigures]:
     """Each serving worker's figures over ``(now - window, now]``; workers that are down or
-    whose load is unknown are left out (never anyone's peer)."""
-    # up now (its newest sample fresh), not merely once within the window
+    whose load is unknown are left out (never anyone's peer). ``fresh_s``: how old the newest
+    ``fleetd_vllm_up`` may be for the worker to count as up now (a few scrapes)."""
     up: dict[str, float] = {}
-    for key, sample in query.latest(UP, now=now, max_age=max(window / 10, 30.0)).items():
+    for key, sample in query.latest(UP, now=now, max_age=fresh_s).items():
         name = key.label("worker")
         if name is not None:
             up[name] = min(up.get(name, sample.value), sample.value)
@@ -336,16 +341,23 @@ class PeerComparison:
     ends one series and starts another.
     """
 
-    def __init__(self, workers: Sequence[VllmWorkerConfig], settings: PeersConfig) -> None:
+    def __init__(
+        self,
+        workers: Sequence[VllmWorkerConfig],
+        settings: PeersConfig,
+        *,
+        scrape_interval: float = 5.0,
+    ) -> None:
         self._workers = tuple(workers)
         self._settings = settings
+        self._fresh_s = max(3.0 * scrape_interval, 15.0)
         self.last: list[Verdict] = []
         self._shown: dict[Labels, float] = {}  # outlier label sets -> last time an outlier
 
     def assess(self, query: Query, now: float) -> list[Reading]:
         if not self._settings.enabled or not self._workers:
             return []
-        figures = gather(query, self._workers, now, self._settings.window)
+        figures = gather(query, self._workers, now, self._settings.window, fresh_s=self._fresh_s)
         self.last = judge(figures, self._settings)
         readings = verdict_readings(self.last, now)
         current = {r.labels for r in readings if r.metric == SLOWDOWN}

@@ -127,10 +127,12 @@ def test_the_stand_in_exports_real_names_and_slows_down_with_its_gpu_clock(
         slow = fleet.add("gpu1", [1], max_running=4, tokens_per_s=40.0)
         node.inject(1, "thermal_runaway", delta_c=48, hbm_delta_c=40)
         clock.advance(120)  # the GPU heats up past its throttle point
+        node.sync()  # as a poll would
         for _ in range(20):
             fast.add_requests(2, duration_s=5.0)
             slow.add_requests(2, duration_s=5.0)
             clock.advance(6)
+            node.sync()
         clock.advance(60)
         workers = [
             VllmWorkerConfig(name=w.name, url=w.url, gpus=list(w.gpus)) for w in (fast, slow)
