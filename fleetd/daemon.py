@@ -70,6 +70,7 @@ from fleetd.store.hybrid import HybridQuery, warm_memory
 from fleetd.store.memory import MemoryWindow
 from fleetd.store.resilient import ResilientStore
 from fleetd.vllm.collector import TokensPerJouleTracker, VllmScraper
+from fleetd.vllm.peers import PeerComparison
 
 log = get_logger("daemon")
 
@@ -157,6 +158,9 @@ class Daemon:
             else None
         )
         self.tokens = TokensPerJouleTracker(config.vllm.workers)
+        self.peers = PeerComparison(
+            config.vllm.workers, config.vllm.peers, scrape_interval=config.vllm.scrape_interval
+        )
         self.dispatcher: Dispatcher | None = None
         self.remediation: Remediation | None = None
         self.service: ServiceWatch | None = None
@@ -499,6 +503,11 @@ class Daemon:
         if self.last_snapshot is not None:
             derived = self.tokens.update(scrape.readings, self.last_snapshot, now)
             self.memory.append(derived)
+        verdicts = self.peers.assess(self.memory, now)  # gray failure: against node peers
+        if verdicts:
+            self.memory.append(verdicts)
+            self.store.append(verdicts, now=now)
+            derived = [*derived, *verdicts]
         self.exporter.update_vllm([*scrape.readings, *derived], scrape.failed_workers)
 
     # ------------------------------------------------------------------------------ reload

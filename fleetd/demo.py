@@ -36,12 +36,13 @@ def demo_config(
     port: int,
     workers: list[VllmWorkerConfig] | None = None,
     fleet: StandInFleet | None = None,
+    scenario: str = DEMO_SCENARIO,
 ) -> FleetdConfig:
     """The built-in config: simulator, 1 s polls, console alerts, remediation on, short waits."""
     data: dict[str, object] = {
         "node": {"name": DEMO_NODE},
         "state_dir": str(state_dir),
-        "backend": {"kind": "simulator", "scenario": DEMO_SCENARIO},
+        "backend": {"kind": "simulator", "scenario": scenario},
         "poll": {"interval": "1s", "gpu_timeout": "1s", "slow_interval": "5s"},
         "http": {"bind": "127.0.0.1", "port": port},
         "rules": {"local_dir": None},
@@ -150,11 +151,14 @@ def build_demo(
     time_scale: float = 1.0,
     schedule_jobs: bool = True,
     worker_startup_s: float = 3.0,
+    scenario: str = DEMO_SCENARIO,
 ) -> Demo:
-    """The demo node: simulator, one stand-in worker per GPU, and the daemon around them."""
+    """The demo node: simulator, one stand-in worker per GPU, and the daemon around them;
+    ``scenario`` is a shipped scenario's name (``demo``, ``gray_failure``, ``vllm_hung_engine``)
+    or a file."""
     state = directory / "state"
     state.mkdir(parents=True, exist_ok=True)
-    backend, sim = open_backend(demo_config(state, port=port), clock)
+    backend, sim = open_backend(demo_config(state, port=port, scenario=scenario), clock)
     assert sim is not None
     fleet = StandInFleet(directory / "standin", clock=clock, processes=sim.node)
     workers = []
@@ -169,7 +173,9 @@ def build_demo(
                 model=DEMO_MODEL,
             )
         )
-    config = demo_config(state, port=port, workers=workers, fleet=fleet)
+    if sim.runner is not None:  # the scenario's engine faults (a hung engine: health 200)
+        fleet.follow(sim.runner.scenario.workers, sim.runner.start)
+    config = demo_config(state, port=port, workers=workers, fleet=fleet, scenario=scenario)
     daemon = Daemon(
         config,
         clock=clock,

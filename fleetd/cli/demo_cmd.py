@@ -58,7 +58,13 @@ class LineSink(io.StringIO):
     help="Serve /metrics and the API here (0 picks a free port).",
 )
 @click.option("--plain", is_flag=True, help="Print lines instead of the live table.")
-def demo(duration: float | None, speed: float, port: int, plain: bool) -> None:
+@click.option(
+    "--scenario",
+    default="demo",
+    show_default=True,
+    help="A shipped scenario (demo, gray_failure, vllm_hung_engine, ...) or a scenario file.",
+)
+def demo(duration: float | None, speed: float, port: int, plain: bool, scenario: str) -> None:
     """Run fleetd on a simulated 8-GPU MI355X node with faults; no GPU needed.
 
     Alerts print as they fire and resolve; the uncorrectable ECC error on GPU 3 is remediated
@@ -93,6 +99,7 @@ def demo(duration: float | None, speed: float, port: int, plain: bool) -> None:
             console_stream=LineSink(note),
             port=port,
             time_scale=speed,
+            scenario=scenario,
         )
         daemon = built.daemon
         live: Live | None = None

@@ -274,6 +274,14 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     ),
 )
 
+def _histogram_series(family: str, what: str) -> tuple[MetricSpec, ...]:
+    """A vLLM latency histogram: stored and read by rules as three series (``family_bucket``
+    with ``le``, ``family_sum``, ``family_count``), exported as one histogram family."""
+    return (
+        _m(family, "histogram", "seconds", f"{what} (from vLLM's histogram).", "worker", "model", "le"),
+    )  # fmt: skip
+
+
 VLLM_METRICS: tuple[MetricSpec, ...] = (
     _m(
         "fleetd_vllm_up",
@@ -321,6 +329,90 @@ VLLM_METRICS: tuple[MetricSpec, ...] = (
         "tokens/J",
         "Generation tokens per joule over the last scrape interval, per GPU.",
         *GPU,
+    ),
+)
+
+SERVING_METRICS: tuple[MetricSpec, ...] = (
+    _m(
+        "fleetd_vllm_peer_slowdown_ratio",
+        "gauge",
+        "ratio",
+        "A worker decoding slower than its peers on the node (same model): its time per token "
+        "over the peers' median, minus 1, while it is an outlier, with the attribution "
+        "(hardware, engine, workload) and the number of peers; 0 for an hour once it is not.",
+        "worker",
+        "model",
+        "gpu",
+        "attribution",
+        "peers",
+    ),
+    _m(
+        "fleetd_vllm_peer_compared",
+        "gauge",
+        "",
+        "1 when the worker could be compared with enough peers, 0 when not (too few peers with "
+        "data, or no decode figure of its own).",
+        "worker",
+        "model",
+    ),
+    # vLLM's latency histograms and serving counters (fleetd/vllm/serving.py); one series per
+    # worker and model, not per GPU (the node dashboard's "Serving" row).
+    *(
+        spec
+        for family, what in (
+            ("fleetd_vllm_time_to_first_token_seconds", "Time to first token"),
+            (
+                "fleetd_vllm_inter_token_latency_seconds",
+                "Inter-token latency (vllm:time_per_output_token_seconds before it was renamed)",
+            ),
+            ("fleetd_vllm_e2e_request_latency_seconds", "End-to-end request latency"),
+            ("fleetd_vllm_request_queue_time_seconds", "Time requests spent queued"),
+            ("fleetd_vllm_request_prefill_time_seconds", "Time requests spent in prefill"),
+            ("fleetd_vllm_request_decode_time_seconds", "Time requests spent in decode"),
+        )
+        for spec in _histogram_series(family, what)
+    ),
+    _m(
+        "fleetd_vllm_prompt_tokens_total",
+        "counter",
+        "",
+        "Prompt (prefill) tokens processed (vllm:prompt_tokens_total).",
+        "worker",
+        "model",
+    ),
+    _m(
+        "fleetd_vllm_preemptions_total",
+        "counter",
+        "",
+        "Requests preempted by the engine (vllm:num_preemptions_total).",
+        "worker",
+        "model",
+    ),
+    _m(
+        "fleetd_vllm_prefix_cache_queries_total",
+        "counter",
+        "",
+        "Prefix-cache queries in tokens (vllm:prefix_cache_queries_total).",
+        "worker",
+        "model",
+    ),
+    _m(
+        "fleetd_vllm_prefix_cache_hits_total",
+        "counter",
+        "",
+        "Prefix-cache hits in tokens (vllm:prefix_cache_hits_total).",
+        "worker",
+        "model",
+    ),
+    _m(
+        "fleetd_vllm_requests_finished_total",
+        "counter",
+        "",
+        "Requests finished, by reason: stop, length, abort, error, repetition, other "
+        "(vllm:request_success_total{finished_reason}).",
+        "worker",
+        "model",
+        "reason",
     ),
 )
 
@@ -776,6 +868,7 @@ CATALOG: dict[str, MetricSpec] = {
         GPU_METRICS,
         EVENT_METRICS,
         VLLM_METRICS,
+        SERVING_METRICS,
         SELF_METRICS,
         RULE_METRICS,
         ALERT_METRICS,

@@ -61,6 +61,47 @@ def _family(
     return GaugeMetricFamily(spec.name, spec.help, labels=label_names)
 
 
+_HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
+
+
+def _family_name(metric: str, catalog: Mapping[str, MetricSpec]) -> str:
+    """The catalog family a reading belongs to: its own name, or for ``x_bucket``, ``x_sum``
+    and ``x_count`` the histogram ``x`` (stored as three series, exported as one family)."""
+    if metric in catalog:
+        return metric
+    for suffix in _HISTOGRAM_SUFFIXES:
+        base = metric.removesuffix(suffix)
+        if base != metric and base in catalog and catalog[base].type == "histogram":
+            return base
+    return metric
+
+
+def _histogram_order(readings: list[Reading]) -> list[Reading]:
+    """Each label set's buckets by ascending ``le``, then its _sum and _count."""
+
+    def key(reading: Reading) -> tuple[Labels, int, float]:
+        rest = tuple(p for p in reading.labels if p[0] != "le")
+        rank = next(i for i, s in enumerate(_HISTOGRAM_SUFFIXES) if reading.metric.endswith(s))
+        le = next((v for k, v in reading.labels if k == "le"), "0")
+        try:
+            bound = float(le)
+        except ValueError:
+            bound = float("nan")
+        return rest, rank, bound
+
+    return sorted(readings, key=key)
+
+
+def _group(
+    readings: Iterable[Reading], catalog: Mapping[str, MetricSpec]
+) -> dict[str, list[Reading]]:
+    grouped: dict[str, list[Reading]] = {}
+    for reading in readings:
+        if reading.value is not None:
+            grouped.setdefault(_family_name(reading.metric, catalog), []).append(reading)
+    return grouped
+
+
 def render_readings(
     readings: Iterable[Reading], catalog: Mapping[str, MetricSpec] = CATALOG
 ) -> list[Metric]:
@@ -69,14 +110,17 @@ def render_readings(
     A reading of a metric outside the catalog, or with labels its family does not have,
     is dropped and logged, never exported.
     """
-    grouped: dict[str, list[Reading]] = {}
-    for reading in readings:
-        if reading.value is not None:
-            grouped.setdefault(reading.metric, []).append(reading)
+    grouped = _group(readings, catalog)
     families: list[Metric] = []
     for name, spec in catalog.items():
         group = grouped.pop(name, None)
         if not group:
+            continue
+        if spec.type == "histogram":
+            histogram = Metric(name, spec.help, "histogram")
+            for reading in _histogram_order(group):
+                histogram.add_sample(reading.metric, dict(reading.labels), reading.value)  # type: ignore[arg-type]
+            families.append(histogram)
             continue
         names = tuple(k for k, _ in group[0].labels)  # Labels are sorted by name
         family = _family(spec, names)
@@ -120,25 +164,26 @@ def render_readings_text(
         prefixes = {}
     elif len(prefixes) > _PREFIX_CACHE_LIMIT:
         prefixes.clear()
-    grouped: dict[str, list[Reading]] = {}
-    for reading in readings:
-        if reading.value is not None:
-            grouped.setdefault(reading.metric, []).append(reading)
+    grouped = _group(readings, catalog)
     out: list[str] = []
     for name, spec in catalog.items():
         group = grouped.pop(name, None)
         if not group:
             continue
+        histogram = spec.type == "histogram"
+        if histogram:
+            group = _histogram_order(group)
         names = tuple(k for k, _ in group[0].labels)
         lines: list[str] = []
         for reading in group:
-            key = (name, reading.labels)
+            key = (reading.metric, reading.labels)
             prefix = prefixes.get(key)
             if prefix is None:
-                if tuple(k for k, _ in reading.labels) != names:
+                if not histogram and tuple(k for k, _ in reading.labels) != names:
                     continue  # render_readings logs it
                 inner = ",".join(f'{k}="{_escape_label_value(v)}"' for k, v in reading.labels)
-                prefix = f"{name}{{{inner}}} " if inner else f"{name} "
+                metric = reading.metric
+                prefix = f"{metric}{{{inner}}} " if inner else f"{metric} "
                 prefixes[key] = prefix
             lines.append(f"{prefix}{_go_string(reading.value)}\n")  # type: ignore[arg-type]
         out.append(_header(spec))

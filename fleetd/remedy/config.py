@@ -139,8 +139,11 @@ class ReadmitConfig(StrictModel):
     """
     poll_interval: Annotated[Duration, Span(0, "5m")] = 5.0
     """How often a restarted worker is checked."""
-    completion_check: StrictBool = False
-    """Also require a 1-token completion to succeed before the worker goes back into rotation."""
+    completion_check: StrictBool = True
+    """Also require a 1-token completion to succeed before the worker goes back into rotation
+    (after `/health` and `/v1/models`, which both still answer 200 when the engine hangs, so
+    only a generated token shows it serves; vllm-project/vllm#39863).
+    """
 
 
 class HttpHookConfig(StrictModel):

@@ -331,7 +331,10 @@ class RuleEngine:
         out: Vector = {}
         alerts = runtime.alerts
         for labels, value in values.items():
-            model = models.get(_gpu_of(labels) or "") if models else None
+            if rule.threshold_by is not None:
+                model = _label(labels, rule.threshold_by)
+            else:
+                model = models.get(_gpu_of(labels) or "") if models else None
             entry = alerts.get(identity_labels(labels))
             level = rule.threshold
             if rule.clear is not None and entry is not None and entry.state == AlertState.FIRING:
@@ -544,6 +547,8 @@ def _persisted(entry: AlertEntry) -> tuple[object, ...]:
 
 
 def _needs_models(rule: Rule) -> bool:
+    if rule.threshold_by is not None:
+        return False  # keyed by a label of the series itself
     return any(t is not None and t.per_model for t in (rule.threshold, rule.clear))
 
 
@@ -558,8 +563,12 @@ def _gpu_models(query: Query, now: float) -> dict[str, str]:
 
 
 def _gpu_of(labels: Labels) -> str | None:
+    return _label(labels, "gpu")
+
+
+def _label(labels: Labels, name: str) -> str | None:
     for key, value in labels:
-        if key == "gpu":
+        if key == name:
             return value
     return None
 

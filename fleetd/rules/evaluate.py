@@ -32,6 +32,7 @@ from fleetd.rules.ast import (
     children,
     walk,
 )
+from fleetd.rules.quantile import histogram_quantile
 from fleetd.rules.ranges import RangeMirror
 
 Vector = dict[Labels, float]
@@ -211,6 +212,10 @@ class Evaluation:
             assert isinstance(bound, float)
             pick = max if func == "clamp_min" else min
             return {ls: pick(v, bound) for ls, v in self.vector(args[0]).items()}
+        if func == "histogram_quantile":
+            q = self.value(args[0])
+            assert isinstance(q, float)
+            return histogram_quantile(q, self.vector(args[1]))
         if func == "absent":
             selector = args[0]
             assert isinstance(selector, Selector)

@@ -16,6 +16,7 @@ have no equivalent and are listed as skipped, never exported half-right.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,6 +96,8 @@ def prometheus_expr(rule: Rule) -> str:
     value = render(rule.expr, JOIN_LABELS)
     if rule.op is None or rule.threshold is None:
         return value
+    if rule.threshold_by is not None:
+        return _by_label(rule, value, rule.threshold_by)
     branches = _branches(rule.threshold, rule.clear)
     if len(branches) == 1:
         _, fire, clear = branches[0]
@@ -113,13 +116,42 @@ def prometheus_expr(rule: Rule) -> str:
     return " or ".join(parts)
 
 
+def _by_label(rule: Rule, value: str, label: str) -> str:
+    """Thresholds keyed by a label of the series (``threshold_by``): one branch per distinct
+    level, each kept to its values by ``and on(label)`` a constant vector carrying them
+    (``label_replace(vector(1), ...)``), the default branch by ``unless`` all of them."""
+    assert rule.threshold is not None
+    keys = sorted(
+        {k for t in (rule.threshold, rule.clear) if t is not None for k, _ in t.per_model}
+    )
+    branches = _branches(rule.threshold, rule.clear, keys)
+    if len(branches) == 1:
+        _, fire, clear = branches[0]
+        return _condition(rule, value, fire, clear)
+
+    def values(names: Sequence[str]) -> str:
+        return " or ".join(
+            f'label_replace(vector(1), {render_string(label)}, {render_string(n)}, "", "")'
+            for n in names
+        )
+
+    parts = []
+    for names, fire, clear in branches:
+        cond = _condition(rule, value, fire, clear)
+        if names:
+            parts.append(f"({cond} and on({label}) ({values(names)}))")
+        else:
+            parts.append(f"({cond} unless on({label}) ({values(keys)}))")
+    return " or ".join(parts)
+
+
 def _branches(
-    threshold: Threshold, clear: Threshold | None
+    threshold: Threshold, clear: Threshold | None, keys: Sequence[str] = PRODUCTS
 ) -> list[tuple[tuple[str, ...], float, float | None]]:
-    """(products, fire level, clear level) per distinct pair; products () is the default."""
+    """(keys, fire level, clear level) per distinct pair; keys () is the default."""
     default = (threshold.default, None if clear is None else clear.default)
     by_pair: dict[tuple[float, float | None], list[str]] = {}
-    for product in PRODUCTS:
+    for product in keys:
         pair = (threshold.for_model(product), None if clear is None else clear.for_model(product))
         if pair != default:
             by_pair.setdefault(pair, []).append(product)

@@ -256,6 +256,7 @@ def _compile(
         op=model.op,
         threshold=None if model.threshold is None else Threshold.of(model.threshold),
         clear=None if model.clear is None else Threshold.of(model.clear),
+        threshold_by=model.threshold_by,
         for_s=model.for_,
         keep_firing_for_s=model.keep_firing_for,
         labels=make_labels(model.labels),

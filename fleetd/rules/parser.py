@@ -43,7 +43,9 @@ _KEYWORDS = frozenset(
     {"and", "or", "unless", "bool", "on", "ignoring", "group_left", "group_right", "by", "without"}
 )
 _MATCH_OPS: tuple[MatchOp, ...] = ("=", "!=", "=~", "!~")
-FUNCTIONS = frozenset({*RANGE_FUNCTIONS, "abs", "clamp_min", "clamp_max", "absent", "stale"})
+FUNCTIONS = frozenset(
+    {*RANGE_FUNCTIONS, "abs", "clamp_min", "clamp_max", "absent", "stale", "histogram_quantile"}
+)
 
 
 def parse(text: str) -> Node:
@@ -369,6 +371,14 @@ def _check_call(call: Call) -> Call:
         _need_vector(call, args[0])
         if args[1].type != "scalar":
             raise ExprError(f"the second argument of {name}() must be a number", call.pos)
+    elif name == "histogram_quantile":
+        need(2)
+        if args[0].type != "scalar":
+            raise ExprError(
+                "the first argument of histogram_quantile() is the quantile, a number such as 0.99",
+                call.pos,
+            )
+        _need_vector(call, args[1])
     elif name == "absent":
         need(1)
         if not isinstance(args[0], Selector):

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from fleetd.configbase import Duration, StrictModel
 from fleetd.model import Labels, Severity
@@ -39,6 +39,9 @@ class RuleModel(StrictModel):
     rationale: str | None = Field(default=None, min_length=1)
     expr: str = Field(min_length=1)
     op: CompareOp | None = None
+    threshold_by: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    """Key per-series thresholds by this label's value (e.g. ``model``, the served model name)
+    instead of by GPU product; ``default`` covers every other value."""
     threshold: float | dict[str, float] | None = None
     clear: float | dict[str, float] | None = None
     for_: Duration = Field(default=0.0, alias="for")
@@ -68,8 +71,11 @@ class RuleModel(StrictModel):
 
     @field_validator("threshold", "clear")
     @classmethod
-    def _per_product(cls, value: Any) -> Any:
-        if isinstance(value, dict):
+    def _per_key(cls, value: Any, info: ValidationInfo) -> Any:
+        if not isinstance(value, dict):
+            return value
+        label = info.data.get("threshold_by")
+        if label is None:
             unknown = sorted(set(value) - {*PRODUCTS, "default"})
             if unknown:
                 raise ValueError(
@@ -77,7 +83,15 @@ class RuleModel(StrictModel):
                 )
             if "default" not in value:
                 raise ValueError("a per-product threshold needs a 'default' for other GPUs")
+        elif "default" not in value:
+            raise ValueError(f"a threshold by {label} needs a 'default' for other values")
         return value
+
+    @model_validator(mode="after")
+    def _by_label_needs_levels(self) -> RuleModel:
+        if self.threshold_by is not None and not isinstance(self.threshold, dict):
+            raise ValueError("threshold_by needs a threshold per value: {VALUE: n, default: n}")
+        return self
 
     @model_validator(mode="after")
     def _consistent(self) -> RuleModel:
@@ -97,7 +111,8 @@ def _check_clear_side(
 ) -> None:
     fire = Threshold.of(threshold)
     stop = Threshold.of(clear)
-    for model in (*PRODUCTS, None):
+    keys = {*PRODUCTS, *(k for k, _ in fire.per_model), *(k for k, _ in stop.per_model)}
+    for model in (*sorted(keys), None):
         hi, lo = fire.for_model(model), stop.for_model(model)
         wrong = lo > hi if op in (">", ">=") else lo < hi
         if wrong:
@@ -149,6 +164,7 @@ class Rule:
     op: str | None = None
     threshold: Threshold | None = None
     clear: Threshold | None = None
+    threshold_by: str | None = None  # None: thresholds per GPU product
     for_s: float = 0.0
     keep_firing_for_s: float = 0.0
     labels: Labels = ()

@@ -159,6 +159,29 @@ class Step(StrictModel):
         return next(name for name in _ACTIONS if getattr(self, name) not in (None, False))
 
 
+class WorkerStep(StrictModel):
+    """A timed change to a stand-in vLLM worker's engine (``fleetd.sim.vllm_worker``).
+
+    The GPUs never see it: a hung engine is a serving fault with healthy hardware, which is
+    exactly what only the vLLM counters reveal.
+    """
+
+    at: Duration
+    worker: str = Field(min_length=1)
+    engine: Literal["hung", "ok"] | None = None
+    """``hung``: health 200, no progress (vllm-project/vllm#39863); ``ok``: progress again."""
+    speed: float | None = Field(None, gt=0, le=1)
+    """The engine's own speed on healthy GPUs (0.7: a slow build or setting)."""
+    prompt_tokens: int | None = Field(None, gt=0, le=1_000_000)
+    """Prompt tokens per request from now on (a traffic shift)."""
+
+    @model_validator(mode="after")
+    def _something(self) -> WorkerStep:
+        if self.engine is None and self.speed is None and self.prompt_tokens is None:
+            raise ValueError("a worker step needs engine, speed or prompt_tokens")
+        return self
+
+
 class Scenario(StrictModel):
     """A validated scenario file."""
 
@@ -171,6 +194,9 @@ class Scenario(StrictModel):
     duration: Duration | None = None
     load_profile: LoadProfile | None = None
     steps: list[Step] = Field(default_factory=list)
+    workers: list[WorkerStep] = Field(default_factory=list)
+    """Engine changes of the stand-in vLLM workers (demo and tests); a node without stand-ins
+    ignores them."""
 
     @model_validator(mode="after")
     def _profile_needs_duration(self) -> Scenario:
@@ -404,6 +430,7 @@ __all__ = [
     "Scenario",
     "ScenarioRunner",
     "Step",
+    "WorkerStep",
     "load_scenario",
     "parse_scenario",
     "scenario_names",

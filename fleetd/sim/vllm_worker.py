@@ -9,6 +9,11 @@ moves; a unit that stops (aborting what is left, as vLLM without --shutdown-time
 starts (loading for ``startup_s`` before it answers); and a process registered on the
 simulated GPUs so the release check sees it and a hive reset kills it.
 
+A *hung engine* (``hang_engine``, or a scenario's ``workers`` step ``engine: hung``) is the
+most reported vLLM hang (vllm-project/vllm#39863): ``/health`` and ``/v1/models`` still answer
+200, but the running requests fall back to the queue (``Running: 0, Waiting: N``, KV cache
+0 %), no token is generated, and a completion is queued and never answered.
+
 ``StandInFleet`` runs several workers plus one control server that a stand-in ``systemctl``
 script (written into a ``bin`` directory the test puts first on PATH) and a load balancer
 hook (HTTP ``/rotation/<worker>/out|in``) talk to.
@@ -17,10 +22,12 @@ hook (HTTP ``/rotation/<worker>/out|in``) talk to.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import stat
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,6 +39,10 @@ from fleetd.clock import Clock
 from fleetd.sim.loopback import LoopbackHTTPServer
 
 UnitState = Literal["active", "activating", "inactive", "failed"]
+EngineMode = Literal["ok", "hung"]
+HUNG_REPLY_LIMIT_S = 30.0
+"""Longest (real) time a completion sent to a hung engine is held before the connection drops;
+the client's own timeout is normally far shorter."""
 
 
 class ProcessTable(Protocol):
@@ -49,15 +60,113 @@ class ProcessTable(Protocol):
     def remove_process(self, pid: int) -> bool: ...
 
 
+class WorkerPlan(Protocol):
+    """A scenario's worker step (``fleetd.sim.scenario.WorkerStep``)."""
+
+    @property
+    def at(self) -> float: ...
+    @property
+    def worker(self) -> str: ...
+    @property
+    def engine(self) -> EngineMode | None: ...
+    @property
+    def speed(self) -> float | None: ...
+    @property
+    def prompt_tokens(self) -> int | None: ...
+
+
 @dataclass
 class _Request:
-    duration: float
-    tokens_per_s: float
+    duration: float  # what is left, in seconds at full GPU speed
+    tokens_per_s: float  # at full speed
+    arrived: float = 0.0
     started: float | None = None
+    first_started: float | None = None
+    speed: float = 1.0  # the GPUs' speed (0-1] when it (re)started
+    decode_s: float = 0.0
+    tokens: float = 0.0  # generated so far
 
     def finish_at(self) -> float:
         assert self.started is not None
-        return self.started + self.duration
+        return self.started + self.duration / self.speed
+
+    def rate(self) -> float:
+        return self.tokens_per_s * self.speed
+
+
+# vLLM's own bucket bounds (vllm/v1/metrics/loggers.py), so the stand-in's histograms have the
+# layout fleetd meets in production
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+                7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+               10.0, 20.0, 40.0, 80.0)  # fmt: skip
+REQUEST_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
+                   60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
+PREFILL_S = 0.08  # prefill of the stand-in's prompt at full speed
+PROMPT_TOKENS = 512
+PREFIX_HIT_SHARE = 0.25  # of prompt tokens found in the prefix cache (a shared system prompt)
+HISTOGRAMS = (
+    ("vllm:time_to_first_token_seconds", TTFT_BUCKETS),
+    ("vllm:inter_token_latency_seconds", ITL_BUCKETS),
+    ("vllm:e2e_request_latency_seconds", REQUEST_BUCKETS),
+    ("vllm:request_queue_time_seconds", REQUEST_BUCKETS),
+    ("vllm:request_prefill_time_seconds", REQUEST_BUCKETS),
+    ("vllm:request_decode_time_seconds", REQUEST_BUCKETS),
+)
+
+
+class _Hist:
+    """A cumulative histogram as vLLM's prometheus_client one renders it."""
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(bounds)
+        self.counts = [0.0] * (len(self.bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float, times: float = 1.0) -> None:
+        index = next((i for i, b in enumerate(self.bounds) if value <= b), len(self.bounds))
+        self.counts[index] += times
+        self.sum += value * times
+
+    def text(self, name: str, labels: str) -> str:
+        lines = [f"# HELP {name} Histogram.", f"# TYPE {name} histogram"]
+        running = 0.0
+        for bound, count in zip((*self.bounds, math.inf), self.counts, strict=True):
+            running += count
+            le = "+Inf" if bound == math.inf else repr(float(bound))
+            lines.append(f'{name}_bucket{{{labels},le="{le}"}} {running}')
+        lines.append(f"{name}_sum{{{labels}}} {self.sum}")
+        lines.append(f"{name}_count{{{labels}}} {running}")
+        return "\n".join(lines) + "\n"
+
+
+def sim_speed(node: object, gpus: Sequence[int]) -> float:
+    """How fast the worker's GPUs run now, 0-1, for the slowest GPU (a tensor-parallel step
+    waits for it): its gfx clock over what it would be at its load unthrottled, times the host
+    link's share of its full bandwidth (a link trained down to half costs a quarter: the
+    stand-in's model of the host traffic in every decode step)."""
+    speeds = [1.0]
+    sim_gpus = getattr(node, "gpus", None)
+    clock_of = getattr(node, "gfx_clock_mhz", None)
+    link_of = getattr(node, "pcie_link", None)
+    if sim_gpus is None or clock_of is None:
+        return 1.0
+    # the node as of its last poll: advancing it from an HTTP thread would race the poller
+    for index in gpus:
+        if not 0 <= index < len(sim_gpus):
+            continue
+        gpu = sim_gpus[index]
+        lo, hi = gpu.spec.gfx_clk_mhz
+        if gpu.load < 0.02:
+            continue
+        nominal = lo + (hi - lo) * (0.55 + 0.45 * gpu.load)
+        speed = min(1.0, max(0.05, clock_of(gpu) / nominal))
+        if link_of is not None:
+            width, mts = link_of(index)
+            full = gpu.spec.pcie_max_width * gpu.spec.pcie_max_speed_mts
+            speed *= 0.5 + 0.5 * min(1.0, width * mts / full)
+        speeds.append(speed)
+    return min(speeds)
 
 
 class StandInVllm:
@@ -104,6 +213,17 @@ class StandInVllm:
         self._running: list[_Request] = []
         self._waiting: deque[_Request] = deque()
         self._done_tokens = 0.0
+        self._engine: EngineMode = "ok"
+        # (clock time, engine mode or a change of speed/prompt length), sorted by time
+        self._engine_plan: list[tuple[float, EngineMode | Callable[[], None]]] = []
+        self.held_completions = 0  # completions a hung engine has queued and never answered
+        self._closed = False
+        self.speed: Callable[[], float] = lambda: 1.0  # the GPUs' speed now, 0-1
+        self.engine_speed = 1.0  # < 1: a slow engine on healthy GPUs (a bad build, a setting)
+        self.batch_penalty = 0.0  # per extra running request: bigger batches decode slower
+        self.prompt_tokens = PROMPT_TOKENS  # per request; prefill time grows with it
+        self._hists = {name: _Hist(bounds) for name, bounds in HISTOGRAMS}
+        self._prompt_tokens = 0.0
         self._server = LoopbackHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._thread = threading.Thread(
             target=self._server.serve_forever, args=(0.05,), name=f"standin-{name}", daemon=True
@@ -123,6 +243,7 @@ class StandInVllm:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True  # a completion held by a hung engine is let go
             self._unregister()
             self._state = "inactive"
         self._server.shutdown()
@@ -182,6 +303,76 @@ class StandInVllm:
             self._processes.remove_process(self._pid)
         self._pid = None
 
+    # ---- the engine ----------------------------------------------------------------------
+    def hang_engine(self, at: float | None = None) -> None:
+        """The engine hangs at ``at`` (default now) while the server keeps answering health."""
+        self.plan_engine("hung", at)
+
+    def resume_engine(self, at: float | None = None) -> None:
+        """The engine makes progress again at ``at`` (default now)."""
+        self.plan_engine("ok", at)
+
+    def plan_engine(self, mode: EngineMode, at: float | None = None) -> None:
+        with self._lock:
+            when = self._clock.now() if at is None else at
+            self._engine_plan.append((when, mode))
+            self._engine_plan.sort(key=lambda item: item[0])
+            self._advance()
+
+    def plan_change(self, at: float, change: Callable[[], None]) -> None:
+        """Apply ``change`` (e.g. a slower engine, longer prompts) at clock time ``at``."""
+        with self._lock:
+            self._engine_plan.append((at, change))
+            self._engine_plan.sort(key=lambda item: item[0])
+            self._advance()
+
+    def engine_mode(self) -> EngineMode:
+        with self._lock:
+            self._advance()
+            return self._engine
+
+    def _set_engine(self, mode: EngineMode, at: float) -> None:
+        if mode == self._engine:
+            return
+        if mode == "hung":
+            # what ran until now is generated; the rest goes back to the head of the queue
+            for req in sorted(self._running, key=lambda r: r.started or at, reverse=True):
+                ran = max(0.0, at - (req.started or at))
+                self._done_tokens += req.rate() * ran
+                req.tokens += req.rate() * ran
+                req.decode_s += ran
+                req.duration = max(0.0, req.duration - ran * req.speed)
+                req.started = None
+                self._waiting.appendleft(req)
+            self._running.clear()
+        else:
+            while self._waiting and len(self._running) < self.max_running:
+                self._start(self._waiting.popleft(), at)
+        self._engine = mode
+
+    def _start(self, req: _Request, at: float) -> None:
+        req.started = at
+        batch = 1.0 + self.batch_penalty * len(self._running)
+        req.speed = self.speed() * self.engine_speed / batch
+        if req.first_started is None:
+            req.first_started = at
+        self._running.append(req)
+
+    def _observe(self, req: _Request, at: float) -> None:
+        """A finished request's latencies, as vLLM records them (prefill at the GPUs' speed)."""
+        assert req.first_started is not None
+        queue = req.first_started - req.arrived
+        prefill = PREFILL_S * self.prompt_tokens / PROMPT_TOKENS / req.speed
+        hists = self._hists
+        hists["vllm:time_to_first_token_seconds"].observe(queue + prefill)
+        if req.tokens > 0:
+            hists["vllm:inter_token_latency_seconds"].observe(req.decode_s / req.tokens, req.tokens)
+        hists["vllm:e2e_request_latency_seconds"].observe(at - req.arrived + prefill)
+        hists["vllm:request_queue_time_seconds"].observe(queue)
+        hists["vllm:request_prefill_time_seconds"].observe(prefill)
+        hists["vllm:request_decode_time_seconds"].observe(req.decode_s)
+        self._prompt_tokens += self.prompt_tokens
+
     # ---- requests ------------------------------------------------------------------------
     def add_requests(self, count: int, duration_s: float) -> None:
         """Requests arriving now, each taking ``duration_s`` of clock time once running."""
@@ -191,10 +382,9 @@ class StandInVllm:
             self._advance()
             now = self._clock.now()
             for _ in range(count):
-                req = _Request(duration_s, self.tokens_per_s)
-                if len(self._running) < self.max_running:
-                    req.started = now
-                    self._running.append(req)
+                req = _Request(duration_s, self.tokens_per_s, arrived=now)
+                if self._engine == "ok" and len(self._running) < self.max_running:
+                    self._start(req, now)
                 else:
                     self._waiting.append(req)
 
@@ -208,30 +398,68 @@ class StandInVllm:
         with self._lock:
             self._advance()
             now = self._clock.now()
-            partial = sum(r.tokens_per_s * (now - (r.started or now)) for r in self._running)
+            partial = sum(r.rate() * (now - (r.started or now)) for r in self._running)
             return self._done_tokens + partial
 
     def _advance(self) -> None:
-        """Finish every request whose time has come, starting queued ones in their place."""
+        """Finish every request whose time has come, starting queued ones in their place;
+        engine mode changes take effect at their own time."""
         now = self._clock.now()
+        while self._engine_plan and self._engine_plan[0][0] <= now:
+            at, mode = self._engine_plan.pop(0)
+            self._progress(at)
+            if callable(mode):
+                mode()
+            else:
+                self._set_engine(mode, at)
+        self._progress(now)
+
+    def _progress(self, now: float) -> None:
+        if self._engine == "hung":
+            return
         while self._running:
             first = min(self._running, key=lambda r: r.finish_at())
             at = first.finish_at()
             if at > now:
                 break
             self._running.remove(first)
-            self._done_tokens += first.tokens_per_s * first.duration
+            assert first.started is not None
+            ran = at - first.started
+            self._done_tokens += first.rate() * ran
+            first.tokens += first.rate() * ran
+            first.decode_s += ran
             self.completed += 1
+            self._observe(first, at)
             if self._waiting:
-                nxt = self._waiting.popleft()
-                nxt.started = at
-                self._running.append(nxt)
+                self._start(self._waiting.popleft(), at)
+
+    def wait_for_engine(self, limit_s: float = HUNG_REPLY_LIMIT_S) -> bool:
+        """A completion's wait for the engine (an HTTP thread): True at once while it works;
+        held in the queue while it is hung — for as long as the client waits, up to
+        ``limit_s`` of real time — and False if it never came back."""
+        if self.engine_mode() == "ok":
+            return True
+        with self._lock:
+            self.held_completions += 1
+        try:
+            stop = threading.Event()
+            deadline = time.monotonic() + limit_s
+            while time.monotonic() < deadline and not self._closed:
+                if self.engine_mode() == "ok":
+                    return True
+                stop.wait(0.05)  # another thread (the test's clock) decides; not a test sleep
+            return False
+        finally:
+            with self._lock:
+                self.held_completions -= 1
 
     # ---- HTTP views ----------------------------------------------------------------------
     def metrics_text(self) -> str:
         running, waiting = self.load()
+        waiting += self.held_completions
         labels = f'model_name="{self.model}",engine="0"'
         tokens = self.generation_tokens()
+        kv = round(0.9 * running / self.max_running, 4) if self.max_running else 0.0
         return (
             "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
             "# TYPE vllm:num_requests_running gauge\n"
@@ -239,6 +467,9 @@ class StandInVllm:
             "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
             "# TYPE vllm:num_requests_waiting gauge\n"
             f"vllm:num_requests_waiting{{{labels}}} {float(waiting)}\n"
+            "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n"
+            "# TYPE vllm:kv_cache_usage_perc gauge\n"
+            f"vllm:kv_cache_usage_perc{{{labels}}} {kv}\n"
             "# HELP vllm:generation_tokens_total Number of generation tokens processed.\n"
             "# TYPE vllm:generation_tokens_total counter\n"
             f"vllm:generation_tokens_total{{{labels}}} {tokens}\n"
@@ -248,7 +479,24 @@ class StandInVllm:
             f"{float(self.completed)}\n"
             f'vllm:request_success_total{{{labels},finished_reason="abort"}} '
             f"{float(self.aborted)}\n"
+            "# HELP vllm:prompt_tokens_total Number of prefill tokens processed.\n"
+            "# TYPE vllm:prompt_tokens_total counter\n"
+            f"vllm:prompt_tokens_total{{{labels}}} {self._prompt_tokens}\n"
+            "# HELP vllm:prefix_cache_queries_total Prefix-cache queries, in tokens.\n"
+            "# TYPE vllm:prefix_cache_queries_total counter\n"
+            f"vllm:prefix_cache_queries_total{{{labels}}} {self._prompt_tokens}\n"
+            "# HELP vllm:prefix_cache_hits_total Prefix-cache hits, in tokens.\n"
+            "# TYPE vllm:prefix_cache_hits_total counter\n"
+            f"vllm:prefix_cache_hits_total{{{labels}}} {self._prompt_tokens * PREFIX_HIT_SHARE}\n"
+            "# HELP vllm:num_preemptions_total Cumulative number of preemptions.\n"
+            "# TYPE vllm:num_preemptions_total counter\n"
+            f"vllm:num_preemptions_total{{{labels}}} 0.0\n"
+            + self._histograms_text(labels)
         )
+
+    def _histograms_text(self, labels: str) -> str:
+        with self._lock:
+            return "".join(h.text(name, labels) for name, h in self._hists.items())
 
 
 def _handler_for(worker: StandInVllm) -> type[BaseHTTPRequestHandler]:
@@ -308,6 +556,9 @@ def _handler_for(worker: StandInVllm) -> type[BaseHTTPRequestHandler]:
             if worker.refuse_completions_while():
                 self._send(503, b'{"error": "draining: not accepting requests"}')
                 return
+            if not worker.wait_for_engine():
+                self.close_connection = True  # queued behind a hung engine: never answered
+                return
             reply = {
                 "id": "cmpl-standin",
                 "object": "text_completion",
@@ -360,9 +611,30 @@ class StandInFleet:
         kwargs.setdefault("unit", f"vllm@{name}.service")
         kwargs.setdefault("pid_base", 40_000 + 1_000 * len(self.workers))
         worker = StandInVllm(name, gpus, clock=self._clock, processes=self._processes, **kwargs)
+        if self._processes is not None:
+            node, served = self._processes, tuple(gpus)
+            worker.speed = lambda: sim_speed(node, served)
         self.workers[name] = worker
         worker.start_unit()
         return worker
+
+    def follow(self, steps: Sequence[WorkerPlan], start: float) -> list[str]:
+        """Schedule a scenario's ``workers`` steps (scenario time from ``start``); returns the
+        steps naming no worker of this fleet (they are skipped)."""
+        unknown: list[str] = []
+        for step in steps:
+            worker = self.workers.get(step.worker)
+            if worker is None:
+                unknown.append(step.worker)
+                continue
+            at = start + step.at
+            if step.engine is not None:
+                worker.plan_engine(step.engine, at)
+            if step.speed is not None:
+                worker.plan_change(at, _setter(worker, "engine_speed", step.speed))
+            if step.prompt_tokens is not None:
+                worker.plan_change(at, _setter(worker, "prompt_tokens", step.prompt_tokens))
+        return unknown
 
     def by_unit(self, unit: str) -> StandInVllm | None:
         for worker in self.workers.values():
@@ -382,6 +654,13 @@ class StandInFleet:
             worker.close()
         self._control.shutdown()
         self._control.server_close()
+
+
+def _setter(worker: StandInVllm, name: str, value: float) -> Callable[[], None]:
+    def apply() -> None:
+        setattr(worker, name, value)
+
+    return apply
 
 
 def _control_handler(fleet: StandInFleet) -> type[BaseHTTPRequestHandler]:

@@ -15,10 +15,14 @@ from dataclasses import dataclass
 import requests
 
 from fleetd.collect import parse
+from fleetd.logs import get_logger
 from fleetd.model import GpuIdentity, Reading, Snapshot, label_value, make_labels
 from fleetd.vllm.client import fetch_values
 from fleetd.vllm.config import VllmWorkerConfig
 from fleetd.vllm.metrics import VllmValues
+from fleetd.vllm.serving import FINISHED, ServingValues, le_text
+
+log = get_logger("vllm.collector")
 
 UP = "fleetd_vllm_up"
 RUNNING = "fleetd_vllm_requests_running"
@@ -54,6 +58,7 @@ class VllmScraper:
         self._workers = tuple(workers)
         self._session = session
         self._timeout = timeout
+        self._reported: set[tuple[str, str, str, str]] = set()
 
     def scrape(self, now: float) -> VllmScrape:
         readings: list[Reading] = []
@@ -63,7 +68,17 @@ class VllmScraper:
             if reason is not None:
                 failed.append(worker.name)
             readings += worker_readings(worker, up, values, reason, now)
+            self._report_skipped(worker, values.serving)
         return VllmScrape(tuple(readings), tuple(failed))
+
+    def _report_skipped(self, worker: VllmWorkerConfig, serving: ServingValues) -> None:
+        """A histogram left out is logged once per worker, family, model and reason."""
+        for (family, model), why in serving.skipped.items():
+            key = (worker.name, family, model, why)
+            if key not in self._reported and len(self._reported) < 10_000:
+                self._reported.add(key)
+                log.warning("vllm_histogram_skipped", worker=worker.name, family=family,
+                            model=model, reason=why)  # fmt: skip
 
 
 def worker_readings(
@@ -87,7 +102,32 @@ def worker_readings(
         for metric, value in fields:
             why = None if value is not None else (reason or parse.REASON_ABSENT)
             readings.append(Reading(metric, labels, value, now, why))
+    readings += serving_readings(worker, values.serving, now)
     return readings
+
+
+def serving_readings(worker: VllmWorkerConfig, serving: ServingValues, now: float) -> list[Reading]:
+    """Histogram buckets, sums and counts, serving counters, finishes by reason.
+
+    One copy per worker and model, not per GPU: summing them over workers must not count a
+    tensor-parallel worker once per GPU (join on ``worker`` with ``fleetd_vllm_up`` to reach
+    the GPUs). A series the server did not export is simply absent, so it goes stale.
+    """
+    out: list[Reading] = []
+    for (family, model), hist in sorted(serving.histograms.items()):
+        base = {"worker": worker.name, "model": model}
+        for bound, count in hist.buckets:
+            labels = make_labels({**base, "le": le_text(bound)})
+            out.append(Reading(f"{family}_bucket", labels, count, now))
+        labels = make_labels(base)
+        out.append(Reading(f"{family}_sum", labels, hist.sum, now))
+        out.append(Reading(f"{family}_count", labels, hist.count, now))
+    for (name, model), value in sorted(serving.counters.items()):
+        out.append(Reading(name, make_labels({"worker": worker.name, "model": model}), value, now))
+    for (model, reason), value in sorted(serving.finished.items()):
+        labels = make_labels({"worker": worker.name, "model": model, "reason": reason})
+        out.append(Reading(FINISHED, labels, value, now))
+    return out
 
 
 # --- tokens per joule ------------------------------------------------------------------

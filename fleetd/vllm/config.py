@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field, StrictInt, field_validator
+from pydantic import Field, StrictBool, StrictInt, field_validator
 
 from fleetd.configbase import Duration, HttpUrlText, Span, StrictModel, documents
 
@@ -50,6 +50,36 @@ class VllmWorkerConfig(StrictModel):
         return value
 
 
+class PeersConfig(StrictModel):
+    """Gray-failure detection: each worker's decode speed against the other workers serving
+    the same model on the node (docs/rules.md, "Gray failure"); the `VllmGrayFailure` rule
+    alerts on a persistent outlier."""
+
+    enabled: StrictBool = True
+    """Compare the workers with their peers after each scrape."""
+    window: Annotated[Duration, Span(30, "1h")] = 300.0
+    """The window each worker's figures are taken over."""
+    min_peers: StrictInt = Field(default=3, ge=2, le=1024)
+    """Fewest other workers with data (same model) for a verdict; fewer: none, and
+    `fleetd_vllm_peer_compared` says 0."""
+    z: float = Field(default=4.0, gt=0, le=100)
+    """Robust z-score (against the peers' median and scaled MAD) a worker must exceed."""
+    min_slowdown: float = Field(default=0.15, gt=0, le=10)
+    """...and how much slower than the peers' median it must also be (0.15: 15 %)."""
+    mad_floor: float = Field(default=0.05, ge=0, le=1)
+    """The MAD is taken as at least this fraction of the median, so near-identical peers do not
+    turn a small wobble into a large z-score."""
+    clock_drop: float = Field(default=0.1, gt=0, lt=1)
+    """Attribution: a GPU whose average gfx clock is this much below its peers' points at the
+    hardware."""
+    throttle_ratio: float = Field(default=0.1, gt=0, le=1)
+    """Attribution: a GPU throttled this much more of the time than its peers points at the
+    hardware."""
+    load_factor: float = Field(default=1.5, gt=1, le=100)
+    """Attribution: running requests or prompt tokens per request more than this factor away
+    from the peers' median means the traffic differs (workload)."""
+
+
 class VllmConfig(StrictModel):
     """The vLLM servers on this node, scraped for telemetry and drained by remediation."""
 
@@ -59,6 +89,8 @@ class VllmConfig(StrictModel):
     """How often each worker's /metrics and /health are read."""
     timeout: Annotated[Duration, Span(0, "1m", above=True)] = 2.0
     """How long one worker has to answer a scrape."""
+    peers: PeersConfig = Field(default_factory=PeersConfig)
+    """Gray-failure detection against the node's other workers."""
 
     @field_validator("workers")
     @classmethod

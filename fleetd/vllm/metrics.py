@@ -9,9 +9,12 @@ is no value either.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
+from fleetd.vllm.serving import ServingValues, read_serving
 
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
@@ -27,6 +30,8 @@ class VllmValues:
     waiting: float | None = None
     kv_cache_usage: float | None = None
     generation_tokens: float | None = None
+    serving: ServingValues = field(default_factory=ServingValues)
+    """Latency histograms and serving counters (``fleetd.vllm.serving``)."""
 
     def missing_load(self) -> list[str]:
         """The load gauges the server did not export (draining needs both)."""
@@ -41,9 +46,11 @@ def parse_vllm_metrics(text: str) -> VllmValues:
     sums: dict[str, float] = {}
     maxima: dict[str, float] = {}
     wanted = {RUNNING, WAITING, GENERATION, *KV_CACHE}
+    rest: list[Sample] = []
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name not in wanted:
+                rest.append(sample)
                 continue
             value = float(sample.value)
             if not math.isfinite(value) or value < 0:
@@ -58,4 +65,5 @@ def parse_vllm_metrics(text: str) -> VllmValues:
         waiting=sums.get(WAITING),
         kv_cache_usage=kv,
         generation_tokens=sums.get(GENERATION),
+        serving=read_serving(rest),
     )

@@ -26,7 +26,7 @@ from fleetd.rules.health import NodeHealth, assess
 from fleetd.rules.metrics import health_readings
 from fleetd.vllm.collector import TokensPerJouleTracker, worker_readings
 from fleetd.vllm.config import VllmWorkerConfig
-from fleetd.vllm.metrics import VllmValues
+from fleetd.vllm.metrics import VllmValues, parse_vllm_metrics
 
 from .conftest import make_rig
 
@@ -52,6 +52,27 @@ WORKERS = [
 ]
 
 
+def serving_text(step: int) -> str:
+    """Every serving histogram and counter fleetd reads, as vLLM names them."""
+    from fleetd.vllm.serving import COUNTERS, HISTOGRAMS
+
+    labels = 'engine="0",model_name="m"'
+    lines: list[str] = []
+    for names in HISTOGRAMS.values():
+        lines.append(f"# TYPE {names[0]} histogram")
+        for le, n in (("0.1", 2 + step), ("1.0", 5 + step), ("+Inf", 6 + step)):
+            lines.append(f'{names[0]}_bucket{{{labels},le="{le}"}} {n}')
+        lines.append(f"{names[0]}_sum{{{labels}}} {2.5 + step}")
+        lines.append(f"{names[0]}_count{{{labels}}} {6 + step}")
+    for names in COUNTERS.values():
+        base = names[0].removesuffix("_total")
+        lines += [f"# TYPE {base} counter", f"{names[0]}{{{labels}}} {100 + step}"]
+    lines.append("# TYPE vllm:request_success counter")
+    for reason, n in (("stop", 5), ("length", 1), ("abort", 0)):
+        lines.append(f'vllm:request_success_total{{{labels},finished_reason="{reason}"}} {n}')
+    return "\n".join(lines) + "\n"
+
+
 def render_fixed_node() -> str:
     """Poll the simulated node twice 5 s apart, scrape two fixed vLLM states, render."""
     clock = FakeClock(START)
@@ -68,8 +89,9 @@ def render_fixed_node() -> str:
             now = clock.now()
             snapshot = rig.poller.poll(now)
             exporter.update(snapshot)
+            serving = parse_vllm_metrics(serving_text(step)).serving
             vllm = worker_readings(
-                WORKERS[0], True, VllmValues(7, 2, 0.55, tokens), None, now
+                WORKERS[0], True, VllmValues(7, 2, 0.55, tokens, serving), None, now
             ) + worker_readings(WORKERS[1], False, VllmValues(), "unreachable", now)
             derived = tracker.update(vllm, snapshot, now)
             exporter.update_vllm(vllm + derived, failed_workers=["qwen"])

@@ -297,9 +297,12 @@ def test_every_default_rule_has_a_scenario() -> None:
     The event rules (rules/events.yaml) fire on kernel lines, CPER records and KFD events,
     not polled readings: rules/tests/events_test.yaml tests each, tests/events/test_wiring.py
     and tests/events/test_incidents_daemon.py fire them through the daemon on the simulator's
-    faults."""
+    faults.
+    VllmGrayFailure reads the peer comparison's verdicts: tests/vllm/test_peers.py finds and
+    attributes the outliers over real HTTP on the simulator, tests/test_demo_gray.py fires the
+    rule through the daemon."""
     covered = {rule for param in FAULTS for rule, _ in param.values[2]}  # type: ignore[union-attr]
-    covered |= {"VllmWorkerDown", "VllmWorkerStalled"}
+    covered |= {"VllmWorkerDown", "VllmWorkerStalled", "VllmGrayFailure"}
     assert {r.name for r in RULES.rules} - covered == {
         "FleetdStorageDegraded",
         "FleetdRuleBlindSpots",

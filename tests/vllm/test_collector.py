@@ -12,6 +12,7 @@ from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
 from fleetd.collect.catalog import CATALOG
+from fleetd.collect.exporter import _family_name
 from fleetd.model import GpuIdentity, GpuStatus, Reading, Snapshot, label_value
 from fleetd.vllm.collector import TokensPerJouleTracker, VllmScraper, tokens_per_joule
 from fleetd.vllm.config import VllmWorkerConfig
@@ -112,7 +113,7 @@ def test_scrape_healthy_worker_maps_readings_to_each_gpu(httpserver: HTTPServer,
         assert kv.value == pytest.approx(0.61)
         tokens = _by(list(scrape.readings), "fleetd_vllm_generation_tokens_total", "llama", gpu)
         assert tokens.value == 2000
-    assert {r.metric for r in scrape.readings} <= CATALOG.keys()
+    assert {_family_name(r.metric, CATALOG) for r in scrape.readings} <= CATALOG.keys()
     assert all(r.ts == NOW for r in scrape.readings)
 
 
