@@ -354,6 +354,7 @@ class Daemon:
         self.memory.append(snapshot.readings)
         self.memory.prune(now)
         self.exporter.update(snapshot)
+        self.exporter.update_group("amdsmi", self.backend.meter.readings(now))
         self.last_snapshot = snapshot
         with self._eval_lock:
             at = max(now, self._evaluated_at)  # an event's evaluation may have run meanwhile
