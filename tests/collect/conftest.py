@@ -76,6 +76,7 @@ def make_rig(
     load: float = 0.5,
     processes_interval: float = 30.0,
     sysfs: Path | None = None,
+    slow_every: int = 1,
 ) -> Rig:
     """``sysfs``: give the node a fake sysfs tree there and the backend that root."""
     node = build_node(model, seed=seed, clock=clock, root=root)
@@ -84,7 +85,7 @@ def make_rig(
     backend = AmdSmiBackend(SimulatedAmdSmi(node), pci_root=pci_root)
     poller = Poller(
         backend,
-        default_collectors(processes_interval=processes_interval),
+        default_collectors(processes_interval=processes_interval, slow_every=slow_every),
         node="sim-node",
         gpu_timeout=gpu_timeout,
         timer=clock.monotonic,

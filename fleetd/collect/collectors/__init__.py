@@ -27,16 +27,20 @@ __all__ = [
 ]
 
 
-def default_collectors(*, processes_interval: float = 30.0) -> list[Collector]:
-    """Every GPU collector, fast ones first; process listing runs every ``processes_interval`` s."""
+def default_collectors(
+    *, processes_interval: float = 30.0, slow_every: int = 1, ecc_guard: bool = True
+) -> list[Collector]:
+    """Every GPU collector, fast ones first; process listing runs every ``processes_interval``
+    s, the slow tier every ``slow_every`` polls (1: every poll), with the ECC totals guarding
+    the per-block counts when ``ecc_guard``."""
     return [
         IdentityCollector(),
         TemperatureCollector(),
-        PowerCollector(),
-        EccCollector(),
+        PowerCollector(slow_every=slow_every),
+        EccCollector(slow_every=slow_every, guard=ecc_guard),
         PcieCollector(),
-        XgmiCollector(),
+        XgmiCollector(slow_every=slow_every),
         ThrottleCollector(),
-        UsageCollector(),
+        UsageCollector(slow_every=slow_every),
         ProcessesCollector(interval=processes_interval),
     ]

@@ -2,13 +2,15 @@
 
 amdsmi_get_power_info reports W (and leaks raw 0xFFFFFFFF… for unsupported fields, e.g.
 average power on MI300-class); amdsmi_get_power_cap_info reports µW; the energy counter is
-ticks × resolution in µJ. parse converts each exactly once.
+ticks × resolution in µJ. parse converts each exactly once. The cap is on the slow tier
+(``fleetd.collect.cadence``): it changes only when an operator sets it.
 """
 
 from __future__ import annotations
 
 from fleetd.collect import parse
 from fleetd.collect.base import Readings, attempt, field
+from fleetd.collect.cadence import slow_part
 from fleetd.collect.source import GpuSource
 from fleetd.model import Reading
 
@@ -19,7 +21,14 @@ ENERGY = "fleetd_gpu_energy_joules_total"
 
 
 class PowerCollector:
+    """Power and energy every poll; the power cap on the slow tier."""
+
     name = "power"
+
+    def __init__(self, slow_every: int = 1) -> None:
+        if slow_every < 1:
+            raise ValueError("slow_every must be at least 1")
+        self.slow_every = slow_every
 
     def collect(self, gpu: GpuSource, now: float) -> list[Reading]:
         out = Readings(gpu.identity, now)
@@ -30,9 +39,8 @@ class PowerCollector:
         raw = field(info, "average_socket_power")
         out.add(POWER_AVERAGE, parse.watts(raw), raw, reason=err)
 
-        cap, err = attempt(gpu.power_cap_info)
-        raw = field(cap, "power_cap")
-        out.add(POWER_CAP, parse.microwatts_to_watts(raw), raw, reason=err)
+        cap, _ = slow_part(gpu, self.name, self.slow_every, lambda: self._cap(gpu, now))
+        out.items.extend(cap)
 
         energy, err = attempt(gpu.energy_count)
         ticks, resolution = field(energy, "energy_accumulator"), field(energy, "counter_resolution")
@@ -42,4 +50,12 @@ class PowerCollector:
             joules,
             reason=err or (parse.first_reason(ticks, resolution) if joules is None else None),
         )
+        return out.items
+
+    @staticmethod
+    def _cap(gpu: GpuSource, now: float) -> list[Reading]:
+        out = Readings(gpu.identity, now)
+        cap, err = attempt(gpu.power_cap_info)
+        raw = field(cap, "power_cap")
+        out.add(POWER_CAP, parse.microwatts_to_watts(raw), raw, reason=err)
         return out.items

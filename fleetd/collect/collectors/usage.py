@@ -1,9 +1,14 @@
-"""Utilisation (gfx, memory), VRAM used and total, and current clocks (gfx, memory, soc)."""
+"""Utilisation (gfx, memory), VRAM used and total, and current clocks (gfx, memory, soc).
+
+Clocks are on the slow tier (``fleetd.collect.cadence``): three calls that no rule needs
+every poll.
+"""
 
 from __future__ import annotations
 
 from fleetd.collect import parse
 from fleetd.collect.base import Readings, attempt, field
+from fleetd.collect.cadence import slow_part
 from fleetd.collect.source import GpuSource
 from fleetd.model import Reading
 
@@ -17,7 +22,14 @@ CLOCKS = (("gfx", "GFX"), ("memory", "MEM"), ("soc", "SOC"))
 
 
 class UsageCollector:
+    """Activity and VRAM every poll; clocks on the slow tier (every ``slow_every`` polls)."""
+
     name = "usage"
+
+    def __init__(self, slow_every: int = 1) -> None:
+        if slow_every < 1:
+            raise ValueError("slow_every must be at least 1")
+        self.slow_every = slow_every
 
     def collect(self, gpu: GpuSource, now: float) -> list[Reading]:
         out = Readings(gpu.identity, now)
@@ -42,6 +54,13 @@ class UsageCollector:
         raw, err = attempt(gpu.static, "vram_total", lambda: gpu.memory_total("VRAM"))
         out.add(MEMORY_TOTAL, parse.nonneg_bytes(raw), raw, reason=err)
 
+        clocks, _ = slow_part(gpu, self.name, self.slow_every, lambda: self._clocks(gpu, now))
+        out.items.extend(clocks)
+        return out.items
+
+    @staticmethod
+    def _clocks(gpu: GpuSource, now: float) -> list[Reading]:
+        out = Readings(gpu.identity, now)
         for domain, clock_type in CLOCKS:
             info, err = attempt(gpu.clock_info, clock_type)
             raw = field(info, "clk")
