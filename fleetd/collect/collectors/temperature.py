@@ -3,7 +3,9 @@
 Hotspot (junction) and HBM (VRAM) come from amdsmi_get_temp_metric; edge too, where present
 (MI300-class has no edge sensor: that reading is missing, not zero). The voltage-regulator
 maximum comes from gpu_metrics ``temperature_vrsoc``. Critical (throttle) and emergency
-(shutdown) limits are static and cached until rediscovery.
+(shutdown) limits are static and cached until rediscovery. A sensor the library answers
+NOT_SUPPORTED is not asked again until rediscovery (``GpuSource.feature``): its reading stays
+missing with that reason, without a call every poll.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ class TemperatureCollector:
     def collect(self, gpu: GpuSource, now: float) -> list[Reading]:
         out = Readings(gpu.identity, now)
         for label, sensor in SENSORS:
-            raw, err = attempt(gpu.temp_metric, sensor, "CURRENT")
+            # a sensor this GPU does not have (EDGE on MI3xx) is asked once, not every poll
+            read = partial(gpu.temp_metric, sensor, "CURRENT")
+            raw, err = attempt(gpu.feature, f"amdsmi_get_temp_metric:{sensor}", read)
             out.add(TEMPERATURE, parse.celsius(raw), raw, reason=err, labels=(("sensor", label),))
             for limit_label, metric in LIMITS:
                 key = f"temp_limit:{sensor}:{metric}"
