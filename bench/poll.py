@@ -44,7 +44,8 @@ from fleetd.config import PollConfig
 from fleetd.logs import configure_logging
 from fleetd.sim import SimulatedAmdSmi, build_node
 
-SLOW_EVERY = CollectConfig().slow_every  # the daemon's default cadence tiers
+COLLECT = CollectConfig()  # the daemon's default cadence tiers
+SLOW_EVERY = COLLECT.slow_every
 INTERVAL_S = PollConfig().interval  # the default poll interval
 
 
@@ -94,7 +95,10 @@ def run(
         timer if timer is not None else module, pci_root=node.attach_sysfs(sysfs)
     )
     collectors = default_collectors(
-        processes_interval=PollConfig().slow_interval, slow_every=slow_every
+        processes_interval=PollConfig().slow_interval,
+        slow_every=slow_every,
+        ecc_guard=COLLECT.ecc_guard,
+        metrics_table=COLLECT.metrics_table and slow_every > 1,
     )
     poller = Poller(backend, collectors, node="bench", gpu_timeout=5.0)
     calls_before: dict[str, tuple[int, float]] = {}
@@ -182,7 +186,7 @@ def main() -> None:
         "simulator's own CPU subtracted; total_* includes the simulator; "
         "generate_latest_* exports through prometheus_client.generate_latest instead; "
         "amdsmi calls counted by the backend's meter with the default cadence tiers "
-        "(collect.slow_every) and with every reading every poll (slow_every 1)",
+        "(collect defaults) and as before them (every reading every poll by its own call)",
     )
     print(json.dumps(vars(result)))
 

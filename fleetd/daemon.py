@@ -132,6 +132,7 @@ class Daemon:
                     processes_interval=config.poll.slow_interval,
                     slow_every=config.collect.slow_every,
                     ecc_guard=config.collect.ecc_guard,
+                    metrics_table=config.collect.metrics_table,
                 ),
                 node=node,
                 gpu_timeout=config.poll.gpu_timeout,

@@ -28,3 +28,10 @@ class CollectConfig(StrictModel):
     amdsmi_get_gpu_total_ecc_count (read every poll) differs from its value at their last read,
     so a new error is never left waiting for the slow cadence.
     """
+    metrics_table: StrictBool = True
+    """Read the current temperatures (hotspot, HBM, edge), socket power, the energy counter and
+    gfx/memory activity from the gpu_metrics table, which every poll reads anyway, instead of
+    five more amdsmi calls per GPU (amdsmi_get_temp_metric ×3, amdsmi_get_power_info,
+    amdsmi_get_energy_count, amdsmi_get_gpu_activity). One failing gpu_metrics read then makes
+    all of them missing together. false: one call each, as before.
+    """

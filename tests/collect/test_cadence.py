@@ -80,3 +80,34 @@ def test_metric_cadence_names_the_slow_metrics_for_the_rules() -> None:
     cadence = dict(metric_cadence(12))
     assert set(cadence) == SLOW_METRICS and set(cadence.values()) == {12}
     assert "fleetd_gpu_ecc_errors_total" not in cadence  # the guard is read every poll
+
+
+def test_the_metrics_table_gives_the_same_readings_for_fewer_calls(clock: FakeClock) -> None:
+    """Temperatures, power, energy and activity from gpu_metrics equal what their own calls
+    give (the simulator computes both from one state), and a poll makes five calls fewer per
+    GPU; the edge sensor, N/A in the MI3xx table, is missing, never zero."""
+    calls_rig = make_rig(clock, model="MI300X")
+    table_rig = make_rig(FakeClock(), model="MI300X", metrics_table=True)
+    try:
+        snaps = [calls_rig.poll(), table_rig.poll()]
+        before = calls(calls_rig), calls(table_rig)
+        snaps = [calls_rig.poll(), table_rig.poll()]
+        spent = calls(calls_rig) - before[0], calls(table_rig) - before[1]
+        assert spent[0] - spent[1] == 8 * 5  # hotspot, HBM, power, energy, activity
+        for metric, labels in (
+            ("fleetd_gpu_temperature_celsius", {"sensor": "hotspot"}),
+            ("fleetd_gpu_temperature_celsius", {"sensor": "hbm"}),
+            ("fleetd_gpu_power_watts", {}),
+            ("fleetd_gpu_energy_joules_total", {}),
+            ("fleetd_gpu_utilization_ratio", {"engine": "gfx"}),
+            ("fleetd_gpu_utilization_ratio", {"engine": "memory"}),
+        ):
+            for gpu in (0, 5):
+                a = find(snaps[0], metric, gpu, **labels)
+                b = find(snaps[1], metric, gpu, **labels)
+                assert a.value is not None and a.value == b.value, (metric, labels, a, b)
+        edge = find(snaps[1], "fleetd_gpu_temperature_celsius", 0, sensor="edge")
+        assert edge.value is None and edge.reason == "na"
+    finally:
+        calls_rig.close()
+        table_rig.close()

@@ -18,6 +18,7 @@ MEMORY_TOTAL = "fleetd_gpu_memory_total_bytes"
 CLOCK = "fleetd_gpu_clock_hertz"
 
 ENGINES = (("gfx", "gfx_activity"), ("memory", "umc_activity"))
+METRICS_ENGINES = (("gfx", "average_gfx_activity"), ("memory", "average_umc_activity"))
 CLOCKS = (("gfx", "GFX"), ("memory", "MEM"), ("soc", "SOC"))
 
 
@@ -26,15 +27,23 @@ class UsageCollector:
 
     name = "usage"
 
-    def __init__(self, slow_every: int = 1) -> None:
+    def __init__(self, slow_every: int = 1, from_metrics: bool = False) -> None:
+        """``from_metrics``: activity from the gpu_metrics table instead of
+        amdsmi_get_gpu_activity every poll."""
         if slow_every < 1:
             raise ValueError("slow_every must be at least 1")
         self.slow_every = slow_every
+        self.from_metrics = from_metrics
 
     def collect(self, gpu: GpuSource, now: float) -> list[Reading]:
         out = Readings(gpu.identity, now)
-        activity, err = attempt(gpu.activity)
-        for engine, key in ENGINES:
+        if self.from_metrics:
+            activity, err = attempt(gpu.per_poll, "gpu_metrics", now, gpu.gpu_metrics)
+            keys = METRICS_ENGINES
+        else:
+            activity, err = attempt(gpu.activity)
+            keys = ENGINES
+        for engine, key in keys:
             raw = field(activity, key)
             out.add(
                 UTILIZATION,
