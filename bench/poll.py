@@ -18,8 +18,10 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import shutil
 import statistics
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -35,10 +37,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmark this c
 from fleetd.clock import FakeClock
 from fleetd.collect.amdsmi_backend import AmdSmiBackend
 from fleetd.collect.collectors import default_collectors
+from fleetd.collect.config import CollectConfig
 from fleetd.collect.exporter import FleetdExporter
 from fleetd.collect.poller import Poller
+from fleetd.config import PollConfig
 from fleetd.logs import configure_logging
 from fleetd.sim import SimulatedAmdSmi, build_node
+
+COLLECT = CollectConfig()  # the daemon's default cadence tiers
+SLOW_EVERY = COLLECT.slow_every
+INTERVAL_S = PollConfig().interval  # the default poll interval
 
 
 class TimedModule:
@@ -74,14 +82,26 @@ class TimedModule:
         return call
 
 
-def run(polls: int, warmup: int, timed: bool, export: str = "render") -> dict[str, Any]:
+def run(
+    polls: int, warmup: int, timed: bool, export: str = "render", slow_every: int = SLOW_EVERY
+) -> dict[str, Any]:
     clock = FakeClock()
     node = build_node("MI355X", seed=1, clock=clock)
     node.set_load(None, 0.6)
+    sysfs = Path(tempfile.mkdtemp(prefix="fleetd-bench-sysfs-"))
     module: Any = SimulatedAmdSmi(node)
     timer = TimedModule(module) if timed else None
-    backend = AmdSmiBackend(timer if timer is not None else module)  # type: ignore[arg-type]
-    poller = Poller(backend, default_collectors(), node="bench", gpu_timeout=5.0)
+    backend = AmdSmiBackend(  # as the daemon opens the simulator: with its fake sysfs tree
+        timer if timer is not None else module, pci_root=node.attach_sysfs(sysfs)
+    )
+    collectors = default_collectors(
+        processes_interval=PollConfig().slow_interval,
+        slow_every=slow_every,
+        ecc_guard=COLLECT.ecc_guard,
+        metrics_table=COLLECT.metrics_table and slow_every > 1,
+    )
+    poller = Poller(backend, collectors, node="bench", gpu_timeout=5.0)
+    calls_before: dict[str, tuple[int, float]] = {}
     registry = CollectorRegistry()
     exporter = FleetdExporter(registry)
     totals: list[float] = []
@@ -89,7 +109,9 @@ def run(polls: int, warmup: int, timed: bool, export: str = "render") -> dict[st
     text = b""
     try:
         for i in range(warmup + polls):
-            clock.advance(5.0)
+            if i == warmup:
+                calls_before = backend.meter.totals()
+            clock.advance(INTERVAL_S)
             sim_before = timer.cpu_s if timer is not None else 0.0
             start = time.process_time()
             snapshot = poller.poll(clock.now())
@@ -99,11 +121,27 @@ def run(polls: int, warmup: int, timed: bool, export: str = "render") -> dict[st
             if i >= warmup:
                 totals.append(spent)
                 sims.append((timer.cpu_s - sim_before) if timer is not None else 0.0)
+        calls = {
+            name: count - calls_before.get(name, (0, 0.0))[0]
+            for name, (count, _) in backend.meter.totals().items()
+        }
     finally:
         poller.close()
         backend.close()
+        shutil.rmtree(sysfs, ignore_errors=True)
     series = sum(1 for line in text.decode().splitlines() if line and not line.startswith("#"))
-    return {"totals": totals, "sims": sims, "series": series, "gpus": len(snapshot.gpus)}
+    gpus = len(snapshot.gpus)
+    per_gpu_tick = {
+        name: round(count / polls / gpus, 3) for name, count in sorted(calls.items()) if count
+    }
+    return {
+        "totals": totals,
+        "sims": sims,
+        "series": series,
+        "gpus": gpus,
+        "calls_per_gpu_per_tick": round(sum(per_gpu_tick.values()), 2),
+        "calls_by_function": per_gpu_tick,
+    }
 
 
 def ms(values: list[float], q: float | None = None) -> float:
@@ -121,6 +159,7 @@ def main() -> None:
     gc.collect()
 
     plain = run(args.polls, args.warmup, timed=False)
+    every_poll = run(max(60, args.polls // 5), args.warmup, timed=True, slow_every=1)
     timed = run(args.polls, args.warmup, timed=True)
     standard = run(args.polls, args.warmup, timed=True, export="generate_latest")
     standard_own = [t - s for t, s in zip(standard["totals"], standard["sims"], strict=True)]
@@ -136,10 +175,18 @@ def main() -> None:
         total_cpu_ms_per_poll_p99=ms(plain["totals"], 99),
         sim_cpu_ms_per_poll_median=ms(timed["sims"]),
         generate_latest_cpu_ms_per_poll_median=ms(standard_own),
+        amdsmi_calls_per_gpu_per_tick=plain["calls_per_gpu_per_tick"],
+        amdsmi_calls_per_gpu_per_tick_slow_every_1=every_poll["calls_per_gpu_per_tick"],
+        sim_cpu_ms_per_poll_median_slow_every_1=ms(every_poll["sims"]),
+        amdsmi_calls_by_function=plain["calls_by_function"],
+        slow_every=SLOW_EVERY,
+        poll_interval_s=INTERVAL_S,
         polls=args.polls,
         note="cpu_ms_per_poll_* = poll+convert+export (FleetdExporter.render) CPU with the "
         "simulator's own CPU subtracted; total_* includes the simulator; "
-        "generate_latest_* exports through prometheus_client.generate_latest instead",
+        "generate_latest_* exports through prometheus_client.generate_latest instead; "
+        "amdsmi calls counted by the backend's meter with the default cadence tiers "
+        "(collect defaults) and as before them (every reading every poll by its own call)",
     )
     print(json.dumps(vars(result)))
 

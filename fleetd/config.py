@@ -22,6 +22,7 @@ from pydantic import (
 
 from fleetd.alert.config import AlertingConfig
 from fleetd.api.config import ApiConfig
+from fleetd.collect.config import CollectConfig
 from fleetd.configbase import (
     Duration,
     Host,
@@ -170,6 +171,8 @@ class FleetdConfig(StrictModel):
     """Where GPU telemetry comes from."""
     poll: PollConfig = Field(default_factory=PollConfig)
     """Polling cadence and per-GPU timeout."""
+    collect: CollectConfig = Field(default_factory=CollectConfig)
+    """How fresh each tier of GPU readings must be (fast, slow, static)."""
     http: HttpConfig = Field(default_factory=HttpConfig)
     """The HTTP server (/metrics, /healthz, /api/v1)."""
     logging: LoggingConfig = Field(default_factory=LoggingConfig)

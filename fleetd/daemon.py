@@ -36,6 +36,7 @@ from fleetd.clock import Clock, SteadyClock
 from fleetd.clockwatch import check_clock, resume_after_restart
 from fleetd.collect.abi import amdsmi_info
 from fleetd.collect.amdsmi_backend import AmdSmiBackend
+from fleetd.collect.cadence import metric_cadence
 from fleetd.collect.collectors import default_collectors
 from fleetd.collect.exporter import FleetdExporter
 from fleetd.collect.poller import Poller
@@ -128,7 +129,12 @@ class Daemon:
         self.poller = SerialPoller(
             Poller(
                 backend,
-                default_collectors(processes_interval=config.poll.slow_interval),
+                default_collectors(
+                    processes_interval=config.poll.slow_interval,
+                    slow_every=config.collect.slow_every,
+                    ecc_guard=config.collect.ecc_guard,
+                    metrics_table=config.collect.metrics_table,
+                ),
                 node=node,
                 gpu_timeout=config.poll.gpu_timeout,
                 timer=clock.monotonic,
@@ -147,7 +153,11 @@ class Daemon:
         self.query: HybridQuery | None = None
         self.engine = RuleEngine(
             rules,
-            engine_settings(config.rules, config.poll.interval),
+            engine_settings(
+                config.rules,
+                config.poll.interval,
+                cadence=metric_cadence(config.collect.slow_every),
+            ),
             node=node,
             timer=clock.monotonic,
         )
@@ -355,16 +365,20 @@ class Daemon:
                 log.info("scenario_step", step=line)
         snapshot = self.poller.poll(now)
         self.coverage.observe(snapshot.readings)
-        self.memory.append(snapshot.readings)
+        # slow readings not read this poll come back with the time they were read: the window
+        # and the store already hold them, once
+        fresh = [r for r in snapshot.readings if r.ts >= snapshot.ts]
+        self.memory.append(fresh)
         self.memory.prune(now)
         self.exporter.update(snapshot)
+        self.exporter.update_group("amdsmi", self.backend.meter.readings(now))
         self.last_snapshot = snapshot
         with self._eval_lock:
             at = max(now, self._evaluated_at)  # an event's evaluation may have run meanwhile
             events = self.events
             event_series = events.readings(at, snapshot.readings) if events is not None else []
             transitions, derived = self._evaluate(at, event_series)
-        self.store.append([*snapshot.readings, *derived, *event_series], now=now)
+        self.store.append([*fresh, *derived, *event_series], now=now)
         self._report_progress(snapshot)
         if self.on_tick is not None:
             self.on_tick(self, snapshot, transitions)

@@ -228,8 +228,9 @@ def run_checks(
 
 def check_unsupported(found: Sequence[tuple[int, Mapping[str, str]]]) -> Check:
     """Calls the library answered as unsupported on this GPU model (NOT_SUPPORTED/INVAL),
-    which fleetd stopped asking: e.g. the XGMI error status on MI300X/MI355X. Information,
-    not a fault: the readings they would give are not exported."""
+    which fleetd stopped asking: e.g. the XGMI error status on MI300X/MI355X, the EDGE
+    temperature on MI300X. Information, not a fault: the readings they would give are not
+    exported, or exported as missing with that reason."""
     by_call: dict[str, list[int]] = {}
     for index, calls in found:
         for call, reason in calls.items():
@@ -243,7 +244,7 @@ def check_unsupported(found: Sequence[tuple[int, Mapping[str, str]]]) -> Check:
     return Check(
         "unsupported",
         "ok",
-        f"{len(by_call)} call(s) unsupported on this GPU model: not asked again, not exported",
+        f"{len(by_call)} call(s) unsupported on this GPU model: not asked again",
         items,
     )
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from fleetd.alert.dispatch import Dispatcher
+from fleetd.collect.cadence import metric_cadence
 from fleetd.collect.exporter import FleetdExporter
 from fleetd.config import FleetdConfig
 from fleetd.errors import ConfigError
@@ -37,6 +38,7 @@ RESTART_ONLY = (
     "remediation",
     "registry",
     "events",
+    "collect",
 )
 """Sections built into running parts at start: a reload reports a change, keeps the value."""
 POLL_RESTART_ONLY = ("gpu_timeout", "slow_interval")
@@ -97,7 +99,12 @@ def apply_reload(daemon: Reloadable) -> None:
         daemon.ready_again()
         raise
     new, restart_needed = keep_restart_only(daemon.config, new)
-    daemon.engine.try_reload(lambda: rules, engine_settings(new.rules, new.poll.interval))
+    daemon.engine.try_reload(
+        lambda: rules,
+        engine_settings(
+            new.rules, new.poll.interval, cadence=metric_cadence(new.collect.slow_every)
+        ),
+    )
     if daemon.dispatcher is not None:
         try:
             daemon.dispatcher.reload(new.alerting, now)

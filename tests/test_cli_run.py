@@ -151,7 +151,11 @@ def test_ready_reload_and_graceful_stop(
     proc, notify, config, port = running
     notify.wait_for("READY=1")  # sent after the first successful poll
     assert any(line.startswith("STATUS=8/8 GPUs") for line in notify.seen), notify.seen
-    assert 'fleetd_gpu_up{gpu="0"' in metrics(port)
+    first = metrics(port)
+    assert 'fleetd_gpu_up{gpu="0"' in first
+    # the cost model: every amdsmi call counted by function, with its time
+    assert 'fleetd_amdsmi_calls_total{function="amdsmi_get_gpu_metrics_info"}' in first
+    assert 'fleetd_amdsmi_call_seconds_total{function="amdsmi_get_gpu_metrics_info"}' in first
 
     good = config.read_text()
     config.write_text(good + "bogus: 1\n")

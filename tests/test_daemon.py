@@ -206,3 +206,28 @@ def test_a_rule_whose_readings_never_come_is_named_and_raises_one_info_alert(
         ]
     finally:
         daemon.stop()
+
+
+def test_slow_tier_series_stay_fresh_for_the_rules_and_a_moved_ecc_total_is_read_at_once(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """With the slow tier at 1 poll in 6, an XGMI_WAFL error is counted per block in the
+    poll that sees the total move, GpuXgmiError (which reads the per-block series) fires and
+    stays firing across polls that do not read the block again, and the power-cap series
+    (slow) is never judged stale."""
+    node = build_node("MI355X", seed=4, clock=clock)
+    daemon = daemon_on(node, clock, config(tmp_path, collect={"slow_every": 6}))
+    daemon.start()
+    try:
+        run(daemon, clock, 2)
+        node.inject(5, "ecc_uncorrectable", block="XGMI_WAFL", retire_page=False)
+        run(daemon, clock, 1)
+        assert "GpuXgmiError" in firing(daemon)
+        for _ in range(14):  # more than two slow periods
+            run(daemon, clock, 1)
+            assert "GpuXgmiError" in firing(daemon)
+        cap = daemon.engine.settings.polls_per_read["fleetd_gpu_power_cap_watts"]
+        assert cap == 6
+        assert daemon.memory.latest("fleetd_gpu_power_cap_watts", now=clock.now())  # present
+    finally:
+        daemon.stop()

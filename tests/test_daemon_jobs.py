@@ -222,7 +222,7 @@ def test_gpu_rediscovery_waits_for_the_poll_in_progress(tmp_path: Path, clock: F
         node.inject(7, "gpu_off_bus")
         daemon.backend.rediscover()  # as after a reset: GPU 7 is known missing now
         assert not daemon.backend.present(7)
-        node.inject(0, "hung_call", function="amdsmi_get_power_info")
+        node.inject(0, "hung_call", function="amdsmi_get_gpu_metrics_info")
         clock.advance(POLL)
         polling = in_thread(daemon.tick)
         polling.join(0.5)
@@ -495,7 +495,7 @@ def test_the_periodic_rediscovery_waits_while_a_hung_call_is_inside_amdsmi(
     try:
         daemon.tick()
         daemon.maintain()  # starts the rediscovery period
-        node.inject(2, "hung_call", function="amdsmi_get_power_info")
+        node.inject(2, "hung_call", function="amdsmi_get_gpu_metrics_info")
         clock.advance(POLL)
         daemon.tick()  # GPU 2's worker stays inside the hung call
         assert daemon.poller.busy()

@@ -71,7 +71,8 @@ def test_a_new_poll_interval_moves_the_rules_staleness_with_it(
         write(path, base(tmp_path))
         assert daemon.reload() is True
         assert daemon.engine.settings.poll_interval_s == 5.0
-        node.inject(1, "unsupported_fields", calls=["amdsmi_get_power_info"])
+        # power comes from the gpu_metrics table (collect.metrics_table)
+        node.inject(1, "unsupported_fields", calls=["amdsmi_get_gpu_metrics_info"])
         polls(daemon, clock, 8, 5.0)  # 40 s without a power reading on GPU 1
         stale = [a for a in daemon.engine.alerts() if a.key.rule == "GpuTelemetryStale"]
         assert [dict(a.labels)["gpu"] for a in stale] == ["1"]

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from fleetd.collect import parse
 from fleetd.collect.abi import AbiCheck, check_pair
+from fleetd.collect.callmeter import MeteredAmdSmi
 from fleetd.collect.source import (
     REASON_ERROR,
     REASON_GPU_MISSING,
@@ -450,7 +451,9 @@ class AmdSmiBackend:
         ``baseline_path``: a JSON file keeping each GPU's learned per-port baselines (XGMI
         ports ever seen up) across restarts; None keeps them in memory only.
         """
-        self.amdsmi: Any = amdsmi_module
+        self.meter = MeteredAmdSmi(amdsmi_module)
+        """Every amdsmi call made through this backend, counted by function (the cost model)."""
+        self.amdsmi: Any = self.meter
         self._pci_root = pci_root
         self._baseline_path = baseline_path
         self._baselines: dict[str, dict[str, Any]] = self._load_baselines()

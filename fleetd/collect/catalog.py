@@ -471,6 +471,22 @@ SELF_METRICS: tuple[MetricSpec, ...] = (
     ),
     _m("fleetd_scrape_errors_total", "counter", "", "Failed scrapes of vLLM workers.", "worker"),
     _m(
+        "fleetd_amdsmi_calls_total",
+        "counter",
+        "",
+        "amdsmi library calls made by fleetd, by function (failed calls included); "
+        "per GPU per poll, this is what sets fleetd's cost on a real node.",
+        "function",
+    ),
+    _m(
+        "fleetd_amdsmi_call_seconds_total",
+        "counter",
+        "seconds",
+        "Wall time spent inside amdsmi calls, by function; divided by "
+        "fleetd_amdsmi_calls_total it is the mean latency of one call.",
+        "function",
+    ),
+    _m(
         "fleetd_config_reloads_total",
         "counter",
         "",

@@ -29,7 +29,7 @@ from sqlalchemy import (
     create_engine,
     inspect,
 )
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
 from fleetd.registry.reader import RegistryError, describe_error
@@ -143,7 +143,11 @@ class RegistryPublisher:
         summary = summarize(status)
         row = summary_row(summary, now, self._address)
         dialect = self._engine.dialect.name
-        insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+        insert: Any = sqlite.insert
+        if dialect == "postgresql":  # imported here: a node without a registry never loads it
+            from sqlalchemy.dialects import postgresql
+
+            insert = postgresql.insert
         stmt = insert(nodes_table).values(**row)
         stmt = stmt.on_conflict_do_update(
             index_elements=[nodes_table.c.node],

@@ -77,9 +77,14 @@ def load_rules(config: RulesConfig) -> RuleSet:
     return load_rule_set(packs, local, runbook_base_url=config.runbook_base_url)
 
 
-def engine_settings(config: RulesConfig, poll_interval_s: float) -> EngineSettings:
+def engine_settings(
+    config: RulesConfig, poll_interval_s: float, *, cadence: tuple[tuple[str, int], ...] = ()
+) -> EngineSettings:
+    """``cadence``: (metric, polls per read) of the metrics not read every poll (the slow
+    tier, ``fleetd.collect.cadence.metric_cadence``), whose staleness is judged per read."""
     return EngineSettings(
         poll_interval_s=poll_interval_s,
+        cadence=cadence,
         stale_polls=config.stale_polls,
         no_data_hold_s=config.no_data_hold,
         resolved_retention_s=config.resolved_retention,

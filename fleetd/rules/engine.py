@@ -67,6 +67,9 @@ class EngineSettings:
     resolved_retention_s: float = 900.0
     outage_tolerance_s: float = 3600.0
     for_grace_period_s: float = 60.0
+    cadence: tuple[tuple[str, int], ...] = ()
+    """(metric, polls per read) of metrics read less often than every poll (the slow tier):
+    such a series is stale after ``stale_polls`` of *its own* reads, not of polls."""
 
     @property
     def timing(self) -> PollTiming:
@@ -76,6 +79,11 @@ class EngineSettings:
     def lookback_s(self) -> float:
         """How old a sample may be and still count as the current value."""
         return self.timing.stale_after_s
+
+    @property
+    def polls_per_read(self) -> dict[str, int]:
+        """Metric → polls per read, for the metrics not read every poll."""
+        return dict(self.cadence)
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,6 +295,7 @@ class RuleEngine:
             now,
             lookback=settings.lookback_s,
             poll_interval=settings.poll_interval_s,
+            polls_per_read=settings.polls_per_read,
             synthetic={HEALTH_METRIC: health_vector(before)},
             ranges=self._ranges,
         )

@@ -86,6 +86,8 @@ class Evaluation:
 
     ``lookback`` bounds how old the newest sample of a series may be for an instant
     selector to see it (a few polls): older data is stale, and stale series simply vanish.
+    A metric read only every N polls (``polls_per_read``, the slow tier) gets N times that,
+    and ``stale(x, n)`` counts its reads, not polls: its data age is honest, not stale.
     ``synthetic`` serves metrics fleetd computes itself (``fleetd_gpu_health``) for instant
     selection, so rules can ask "is this GPU healthy?".
     """
@@ -99,8 +101,10 @@ class Evaluation:
         poll_interval: float,
         synthetic: Mapping[str, Vector] | None = None,
         ranges: RangeMirror | None = None,
+        polls_per_read: Mapping[str, int] | None = None,
     ) -> None:
         self.query = query
+        self.polls_per_read = polls_per_read or {}
         self.ranges = ranges
         self.now = now
         self.lookback = lookback
@@ -171,7 +175,8 @@ class Evaluation:
         synthetic = self.synthetic.get(node.metric)
         if synthetic is not None:
             return {ls: v for ls, v in synthetic.items() if matches_all(ls, node.matchers)}
-        found = self.query.latest(node.metric, node.matchers, now=self.now, max_age=self.lookback)
+        lookback = self.lookback * self.polls_per_read.get(node.metric, 1)
+        found = self.query.latest(node.metric, node.matchers, now=self.now, max_age=lookback)
         return {key.labels: sample.value for key, sample in found.items()}
 
     def _fresh(self, node: Selector, window: float | None) -> Vector:
@@ -232,7 +237,9 @@ class Evaluation:
         assert isinstance(selector, Selector) and isinstance(polls, Number)
         if selector.metric in self.synthetic:
             raise EvalError(f"{selector.metric} is computed by fleetd and is never stale")
-        limit = (polls.value + 0.5) * self.poll_interval
+        limit = (
+            (polls.value + 0.5) * self.poll_interval * self.polls_per_read.get(selector.metric, 1)
+        )
         known = self.query.series(selector.metric, selector.matchers)
         newest = self.query.latest(selector.metric, selector.matchers, now=self.now)
         out: Vector = {}

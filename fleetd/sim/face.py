@@ -77,8 +77,21 @@ def na(value: Any, limit: int, *, activity: bool = False, as_bool: bool = False)
         if value == limit or (activity and value > 100):
             return "N/A"
         return bool(value) if as_bool else value
-    out = ["N/A" if (v == limit or (activity and v > 100)) else v for v in value]
+    out = _na_list(value, int(limit), activity)
     return bool(out) if as_bool else out
+
+
+def _na_list(values: list[Any], limit: int, activity: bool) -> list[Any]:
+    """``na`` of every element. The common shapes (no sentinel, or all sentinels: the empty
+    partitions of gpu_metrics) are counted in C instead of compared one by one."""
+    empty = values.count(limit)
+    if empty == len(values):
+        return ["N/A"] * empty
+    if empty == 0 and not (activity and max(values) > 100):
+        return list(values)
+    if activity:
+        return ["N/A" if (v == limit or v > 100) else v for v in values]
+    return ["N/A" if v == limit else v for v in values]
 
 
 def pad_hex(value: str, length: int) -> str:
@@ -130,11 +143,15 @@ def _signed(data: bytes) -> list[int]:
 
 
 def _grid(rows: list[list[int]], limit: int, **kw: bool) -> list[list[Any]]:
-    return [[na(v, limit, **kw) for v in row] for row in rows]
+    if kw.get("as_bool"):
+        return [[na(v, limit, **kw) for v in row] for row in rows]
+    top, activity = int(limit), kw.get("activity", False)
+    return [_na_list(row, top, activity) for row in rows]
 
 
 def _xcp(stats: list[r.XcpMetrics], name: str, limit: int, activity: bool = False) -> list[Any]:
-    return [[na(v, limit, activity=activity) for v in getattr(x, name)] for x in stats]
+    top = int(limit)
+    return [_na_list(getattr(x, name), top, activity) for x in stats]
 
 
 # ---------------------------------------------------------------------------------- event reader

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from fleetd.clock import Clock
 from fleetd.logs import get_logger
@@ -49,6 +49,7 @@ from fleetd.sim.faults import (
 from fleetd.sim.hardware import SPECS, GpuIdentity, GpuSpec, make_hive_id, make_identities
 
 log = get_logger(__name__)
+T = TypeVar("T")
 
 ACC_HZ = 100.0
 """gpu_metrics accumulation_counter ticks per second (residency counters use the same unit)."""
@@ -260,9 +261,16 @@ class SimNode:
             SimGpu(spec, ident, self.hive_id, seed)
             for ident in make_identities(spec, seed, gpu_count)
         ]
+        self._peers = [
+            tuple(g.index for g in self.gpus if g.index != gpu.index) for gpu in self.gpus
+        ]
         self.lock = threading.RLock()
         self._now = clock.now()
         self._faults: list[Fault] = []
+        self._fault_gen = 0
+        """Bumped whenever the fault list changes: what the per-call lookups below cache on."""
+        self._fault_cache: dict[tuple[object, ...], Any] = {}
+        self._fault_cache_gen = 0
         self._next_fault_id = 1
         self._processes: dict[int, SimProcess] = {}
         self._kill_listeners: list[Callable[[KilledProcess], None]] = []
@@ -528,10 +536,26 @@ class SimNode:
 
     def peers(self, gpu_index: int) -> list[int]:
         """Other GPUs of the hive in link order: link k of GPU i goes to peers(i)[k]."""
-        return [g.index for g in self.gpus if g.index != gpu_index]
+        return list(self._peers[gpu_index])
+
+    def _by_faults(self, key: tuple[object, ...], compute: Callable[[], T]) -> T:
+        """``compute()`` once per state of the fault list (faults are the only input of the
+        lookups that use this): a call costs a dict look-up, not a scan of every fault."""
+        with self.lock:
+            if self._fault_cache_gen != self._fault_gen:
+                self._fault_cache = {}
+                self._fault_cache_gen = self._fault_gen
+            try:
+                return self._fault_cache[key]  # type: ignore[no-any-return]
+            except KeyError:
+                value = self._fault_cache[key] = compute()
+                return value
 
     def link_up(self, gpu_index: int, link: int) -> bool:
         """Whether XGMI link ``link`` of ``gpu_index`` is up (a link is down on both ends)."""
+        return self._by_faults(("link", gpu_index, link), lambda: self._link_up(gpu_index, link))
+
+    def _link_up(self, gpu_index: int, link: int) -> bool:
         peer = self.peers(gpu_index)[link]
         back = self.peers(peer).index(gpu_index)
         for fault in self.active_faults():
@@ -548,6 +572,9 @@ class SimNode:
         to GPU ``j``. True up, False down, None unused. The port to itself carries no link
         and reads down (0 in gpu_metrics, "D"), as unused ports can on a healthy board
         (AMD's example prints ``U U U U D U D X``); hardware-behaviour.md §1.3 #6."""
+        return list(self._by_faults(("ports", gpu_index), lambda: self._xgmi_ports(gpu_index)))
+
+    def _xgmi_ports(self, gpu_index: int) -> tuple[bool | None, ...]:
         out: list[bool | None] = []
         peers = self.peers(gpu_index)
         for port in range(len(self.gpus)):
@@ -555,11 +582,14 @@ class SimNode:
                 out.append(False)
             else:
                 out.append(self.link_up(gpu_index, peers.index(port)))
-        return out
+        return tuple(out)
 
     def present(self, gpu_index: int) -> bool:
         """False while the GPU is off the bus."""
-        return not any(f.kind == "gpu_off_bus" for f in self.active_faults(gpu_index))
+        return self._by_faults(
+            ("present", gpu_index),
+            lambda: not any(f.kind == "gpu_off_bus" for f in self.active_faults(gpu_index)),
+        )
 
     # ------------------------------------------------------------------ fake sysfs
     def attach_sysfs(self, root: Path) -> Path:
@@ -609,12 +639,32 @@ class SimNode:
                     out[item] = sentinel
         return out
 
+    def field_masks(self, gpu_index: int, function: str) -> tuple[tuple[str, int | None], ...]:
+        """``unsupported_fields`` of one function: (field path, sentinel) pairs, looked up
+        once per state of the fault list."""
+
+        def compute() -> tuple[tuple[str, int | None], ...]:
+            out = []
+            for path, sentinel in self.unsupported_fields(gpu_index).items():
+                func, _, field_path = path.partition(".")
+                if func == function:
+                    out.append((field_path, sentinel))
+            return tuple(out)
+
+        return self._by_faults(("masks", gpu_index, function), compute)
+
     def call_status(self, gpu_index: int, call: str, args: Iterable[str] = ()) -> int:
         """The status a whole call returns for this GPU (0 when it works).
 
         ``args`` are the enum member names of the call's argument (all aliases), so a flag
         ``amdsmi_get_temp_metric:JUNCTION`` matches a HOTSPOT query too.
         """
+        names = tuple(args)
+        return self._by_faults(
+            ("status", gpu_index, call, names), lambda: self._call_status(gpu_index, call, names)
+        )
+
+    def _call_status(self, gpu_index: int, call: str, args: tuple[str, ...]) -> int:
         keys = {call, *(f"{call}:{a}" for a in args)}
         for fault in self.active_faults(gpu_index):
             if isinstance(fault.params, UnsupportedFields) and keys & set(fault.params.calls):
@@ -673,6 +723,7 @@ class SimNode:
             )
             self._next_fault_id += 1
             self._faults.append(fault)
+            self._fault_gen += 1
             self._apply_once(fault)
             self._sync_sysfs()
             log.info("sim_fault_injected", fault=kind, gpu=gpu, fault_id=fault.id)
@@ -856,6 +907,7 @@ class SimNode:
 
     def _drop(self, fault: Fault) -> None:
         self._faults.remove(fault)
+        self._fault_gen += 1
         fault.release.set()
         self._sync_sysfs()
         log.info("sim_fault_cleared", fault=fault.kind, gpu=fault.gpu, fault_id=fault.id)
@@ -866,6 +918,8 @@ class SimNode:
 
     def hang_for(self, gpu_index: int, function: str) -> Fault | None:
         """The hung-call fault that blocks ``function`` on this GPU, if any."""
+        if not self._faults:
+            return None
         with self.lock:
             for fault in self._faults:
                 if (

@@ -13,12 +13,11 @@ methods and copy the records into the real ctypes structures.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import struct
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -126,8 +125,31 @@ class _Registration:
     cursor: int
 
 
-def _names(enum: type[IntEnum], value: int) -> list[str]:
-    return [name for name, member in enum.__members__.items() if member.value == value]
+@functools.cache
+def _names(enum: type[IntEnum], value: int) -> tuple[str, ...]:
+    """Every member name (aliases included) of ``value``: the keys a call flag may use."""
+    return tuple(name for name, member in enum.__members__.items() if member.value == value)
+
+
+class _CallScope:
+    """One per-GPU call (``with lib._call(...) as gpu``): a plain class rather than a
+    generator context manager, since every simulated call enters one."""
+
+    __slots__ = ("_args", "_function", "_handle", "_lib")
+
+    def __init__(
+        self, lib: RawLibrary, handle: int | None, function: str, args: tuple[str, ...]
+    ) -> None:
+        self._lib = lib
+        self._handle = handle
+        self._function = function
+        self._args = args
+
+    def __enter__(self) -> SimGpu:
+        return self._lib._enter(self._handle, self._function, self._args)
+
+    def __exit__(self, *exc: object) -> None:
+        self._lib.node.lock.release()
 
 
 class RawLibrary:
@@ -137,6 +159,9 @@ class RawLibrary:
         self.node = node
         self._init_count = 0
         self._listeners: dict[int, _Registration] = {}
+        self._by_handle: dict[int, SimGpu] = {g.ident.handle: g for g in node.gpus}
+        """Processor handle → GPU: the node's GPUs never change, so every call finds its GPU
+        with one look-up."""
         self._enumerated: frozenset[int] = frozenset()
         """GPUs on the bus at init: like the C library, the device list is built once per
         initialisation, so a GPU that leaves the bus stays listed until the next init."""
@@ -215,39 +240,42 @@ class RawLibrary:
         self._require_init()
         if not handle:
             raise SmiStatusError(w.AMDSMI_STATUS_INVAL)
-        with self.node.lock:
-            for gpu in self.node.gpus:
-                if gpu.ident.handle == handle:
-                    return gpu
-        raise SmiStatusError(w.AMDSMI_STATUS_NOT_FOUND)
+        gpu = self._by_handle.get(handle)
+        if gpu is None:
+            raise SmiStatusError(w.AMDSMI_STATUS_NOT_FOUND)
+        return gpu
 
-    @contextmanager
-    def _call(
-        self, handle: int | None, function: str, args: tuple[str, ...] = ()
-    ) -> Iterator[SimGpu]:
+    def _call(self, handle: int | None, function: str, args: tuple[str, ...] = ()) -> _CallScope:
         """Enter a per-GPU call: validate, block if hung (no lock held), then hold the lock."""
+        return _CallScope(self, handle, function, args)
+
+    def _enter(self, handle: int | None, function: str, args: tuple[str, ...]) -> SimGpu:
+        """``_call``'s entry; returns with the node lock held (released by the scope)."""
         gpu = self.gpu_for_handle(handle)
-        hang = self.node.hang_for(gpu.index, function)
+        node = self.node
+        hang = node.hang_for(gpu.index, function)
         if hang is not None:
             hang.release.wait(timeout=hang.params.duration_s)
-        with self.node.lock:
-            now = self.node.sync()
-            if not self.node.present(gpu.index):
+        node.lock.acquire()
+        try:
+            now = node.sync()
+            if not node.present(gpu.index):
                 status = off_bus_status(function)
                 if status:
                     raise SmiStatusError(status)
             if now < gpu.unavailable_until:
                 raise SmiStatusError(w.AMDSMI_STATUS_BUSY)
-            status = self.node.call_status(gpu.index, function, args)
+            status = node.call_status(gpu.index, function, args)
             if status:
                 raise SmiStatusError(status)
-            yield gpu
+        except BaseException:
+            node.lock.release()
+            raise
+        return gpu
 
     def _finish(self, gpu: SimGpu, function: str, record: object) -> None:
-        for path, sentinel in self.node.unsupported_fields(gpu.index).items():
-            func, _, field_path = path.partition(".")
-            if func == function:
-                r.mask(record, field_path, sentinel)
+        for field_path, sentinel in self.node.field_masks(gpu.index, function):
+            r.mask(record, field_path, sentinel)
 
     def amdsmi_get_processor_type(self, processor_handle: int) -> int:
         with self._call(processor_handle, "amdsmi_get_processor_type"):
@@ -340,29 +368,17 @@ class RawLibrary:
             idx = gpu.index
             seed = self.node.seed
             cur = AmdSmiTemperatureMetric.CURRENT
-            table: dict[int, tuple[float | None, tuple[int, int] | None]] = {
-                AmdSmiTemperatureType.EDGE: (
-                    gpu.t_edge + 0.4 * noise(seed, idx, _CH_EDGE, now),
-                    s.edge_limits_c,
-                ),
-                AmdSmiTemperatureType.HOTSPOT: (
-                    gpu.t_hotspot + 0.4 * noise(seed, idx, _CH_HOT, now),
-                    s.hotspot_limits_c,
-                ),
-                AmdSmiTemperatureType.VRAM: (
-                    gpu.t_hbm + 0.4 * noise(seed, idx, _CH_HBM, now),
-                    s.hbm_limits_c,
-                ),
-                AmdSmiTemperatureType.PLX: (
-                    gpu.t_vr + 0.4 * noise(seed, idx, _CH_VR, now),
-                    None,
-                ),
+            table: dict[int, tuple[float, int, tuple[int, int] | None]] = {
+                AmdSmiTemperatureType.EDGE: (gpu.t_edge, _CH_EDGE, s.edge_limits_c),
+                AmdSmiTemperatureType.HOTSPOT: (gpu.t_hotspot, _CH_HOT, s.hotspot_limits_c),
+                AmdSmiTemperatureType.VRAM: (gpu.t_hbm, _CH_HBM, s.hbm_limits_c),
+                AmdSmiTemperatureType.PLX: (gpu.t_vr, _CH_VR, None),
             }
             if sensor_type not in table:
                 raise SmiStatusError(w.AMDSMI_STATUS_NOT_SUPPORTED)
-            current, limits = table[sensor_type]
-            if metric == cur and current is not None:
-                return round(current)
+            base, channel, limits = table[sensor_type]
+            if metric == cur:  # the noise of the sensor asked for only
+                return round(base + 0.4 * noise(seed, idx, channel, now))
             if limits is not None and metric == AmdSmiTemperatureMetric.CRITICAL:
                 return limits[0]
             if limits is not None and metric == AmdSmiTemperatureMetric.EMERGENCY:
@@ -514,8 +530,8 @@ class RawLibrary:
             name = self._block(block)
             if name is None:
                 raise SmiStatusError(w.AMDSMI_STATUS_NOT_SUPPORTED)
-            ce, ue, de = gpu.ecc_counts[name]
-            rec = r.ErrorCount(ce, ue, de)
+            ce, ue, de = gpu.ecc[name]
+            rec = r.ErrorCount(int(ce), int(ue), int(de))
             self._finish(gpu, func, rec)
             return rec
 
@@ -868,8 +884,39 @@ class RawLibrary:
         width, speed = node.pcie_link(idx)
         peers = node.peers(idx)
         u16, u32, u64 = 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF
-        m = r.GpuMetrics()
-        m.common_header = r.MetricsHeader(s.metrics_structure_size, 1, s.metrics_content_revision)
+        xcc = s.num_xcc
+        pad32, pad64 = [u32] * (8 - xcc), [u64] * (8 - xcc)
+        ppt, thm = int(gpu.residency["ppt"]), int(gpu.residency["socket"])
+        busy = int(gpu.busy_acc)
+        first = r.XcpMetrics(
+            gfx_busy_inst=[gfx_act] * xcc + pad32,
+            jpeg_busy=[0] * 32 + [u16] * 8,
+            vcn_busy=[0] * 4,
+            gfx_busy_acc=[busy] * xcc + pad64,
+            gfx_below_host_limit_acc=[ppt + thm] * xcc + pad64,
+            gfx_below_host_limit_ppt_acc=[ppt] * xcc + pad64,
+            gfx_below_host_limit_thm_acc=[thm] * xcc + pad64,
+            gfx_low_utilization_acc=[max(0, int(gpu.acc_counter * 100) - busy)] * xcc + pad64,
+            gfx_below_host_limit_total_acc=[ppt + thm] * xcc + pad64,
+        )
+        empty = [  # one partition (SPX): the others are empty
+            r.XcpMetrics(
+                gfx_busy_inst=[u32] * 8,
+                jpeg_busy=[u16] * 40,
+                vcn_busy=[u16] * 4,
+                gfx_busy_acc=[u64] * 8,
+                gfx_below_host_limit_acc=[u64] * 8,
+                gfx_below_host_limit_ppt_acc=[u64] * 8,
+                gfx_below_host_limit_thm_acc=[u64] * 8,
+                gfx_low_utilization_acc=[u64] * 8,
+                gfx_below_host_limit_total_acc=[u64] * 8,
+            )
+            for _ in range(7)
+        ]
+        m = r.GpuMetrics(
+            common_header=r.MetricsHeader(s.metrics_structure_size, 1, s.metrics_content_revision),
+            xcp_stats=[first, *empty],
+        )
         m.temperature_edge = round(gpu.t_edge)
         m.temperature_hotspot = round(gpu.t_hotspot + 0.4 * noise(seed, idx, _CH_HOT, now))
         m.temperature_mem = round(gpu.t_hbm + 0.4 * noise(seed, idx, _CH_HBM, now))
@@ -933,30 +980,6 @@ class RawLibrary:
         m.vr_thm_residency_acc = int(gpu.residency["vr"])
         m.hbm_thm_residency_acc = int(gpu.residency["hbm"])
         m.num_partition = 1
-        xcc = s.num_xcc
-        pad32, pad64 = [u32] * (8 - xcc), [u64] * (8 - xcc)
-        ppt, thm = int(gpu.residency["ppt"]), int(gpu.residency["socket"])
-        busy = int(gpu.busy_acc)
-        first = m.xcp_stats[0]
-        first.gfx_busy_inst = [gfx_act] * xcc + pad32
-        first.jpeg_busy = [0] * 32 + [u16] * 8
-        first.vcn_busy = [0] * 4
-        first.gfx_busy_acc = [busy] * xcc + pad64
-        first.gfx_below_host_limit_acc = [ppt + thm] * xcc + pad64
-        first.gfx_below_host_limit_ppt_acc = [ppt] * xcc + pad64
-        first.gfx_below_host_limit_thm_acc = [thm] * xcc + pad64
-        first.gfx_low_utilization_acc = [max(0, int(gpu.acc_counter * 100) - busy)] * xcc + pad64
-        first.gfx_below_host_limit_total_acc = [ppt + thm] * xcc + pad64
-        for xcp in m.xcp_stats[1:]:  # one partition (SPX): the others are empty
-            xcp.gfx_busy_inst = [u32] * 8
-            xcp.jpeg_busy = [u16] * 40
-            xcp.vcn_busy = [u16] * 4
-            xcp.gfx_busy_acc = [u64] * 8
-            xcp.gfx_below_host_limit_acc = [u64] * 8
-            xcp.gfx_below_host_limit_ppt_acc = [u64] * 8
-            xcp.gfx_below_host_limit_thm_acc = [u64] * 8
-            xcp.gfx_low_utilization_acc = [u64] * 8
-            xcp.gfx_below_host_limit_total_acc = [u64] * 8
         m.pcie_lc_perf_other_end_recovery = int(gpu.pcie["other"]) & u32
         m.vram_max_bandwidth = s.vram_max_bandwidth_gbs
         ports = node.xgmi_ports(idx)

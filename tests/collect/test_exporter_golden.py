@@ -2,7 +2,8 @@
 
 The golden file guards names, labels, types, help and values. Regenerate it after an
 intended change with ``FLEETD_UPDATE_GOLDEN=1 python -m pytest tests/collect``.
-Process metrics (CPU, memory, fds, start time) depend on this process and are normalised.
+Process metrics (CPU, memory, fds, start time) and the wall time of amdsmi calls depend on
+this process and are normalised.
 """
 
 from __future__ import annotations
@@ -33,7 +34,10 @@ from .conftest import make_rig
 GOLDEN = Path(__file__).parent / "golden" / "metrics_mi355x_seed7.prom"
 UPDATE = os.environ.get("FLEETD_UPDATE_GOLDEN") == "1"
 START = 1_767_225_600.0  # 2026-01-01T00:00:00Z
-PROCESS_LINE = re.compile(r"^(process_[a-z_]+(?:\{[^}]*\})?) .*$", re.MULTILINE)
+PROCESS_LINE = re.compile(
+    r"^((?:process_[a-z_]+|fleetd_amdsmi_call_seconds_total)(?:\{[^}]*\})?) .*$", re.MULTILINE
+)
+"""Lines whose values depend on this process: its own metrics, and amdsmi's wall time."""
 
 NODE = "gpu-node-golden"
 NODE_LABELS = {"cluster": "inference-eu1", "rack": "r12"}
@@ -97,6 +101,7 @@ def render_fixed_node() -> str:
             exporter.update_vllm(vllm + derived, failed_workers=["qwen"])
             exporter.update_group("rules", health_readings(health_of(snapshot), now))
             exporter.update_group("backend", [amdsmi_info(rig.backend.abi, now)])
+            exporter.update_group("amdsmi", rig.backend.meter.readings(now))
         exporter.record_missed_poll()
         return generate_latest(registry).decode()
     finally:

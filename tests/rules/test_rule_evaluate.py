@@ -313,3 +313,20 @@ def test_synthetic_metrics_are_served_for_instant_selection_only(window: MemoryW
     }
     with pytest.raises(EvalError, match="instant"):
         e.vector(parse("max_over_time(fleetd_gpu_health[5m])"))
+
+
+def test_a_slow_series_is_stale_after_its_own_reads_not_after_polls(feed, window) -> None:  # type: ignore[no-untyped-def]
+    """A metric read every 12th poll (the slow tier) keeps its read time: 40 s old at 5 s
+    polls is fresh for it, while a fast series that old is stale."""
+    feed("cap", {"gpu": 0}, [(0, 750.0), (60, 750.0)])
+    feed("power", {"gpu": 0}, [(0, 400.0), (60, 410.0)])
+    at = 100.0  # 40 s after the last read of both
+    plain = ev(window, at)
+    assert plain.vector(parse("cap")) == {} and plain.vector(parse("power")) == {}
+    tiered = ev(window, at, polls_per_read={"cap": 12})
+    assert tiered.vector(parse("cap")) == {lab(gpu=0): 750.0}
+    assert tiered.vector(parse("power")) == {}  # fast: stale as before
+    assert tiered.vector(parse("stale(cap, 3)")) == {}
+    assert ev(window, 300.0, polls_per_read={"cap": 12}).vector(parse("stale(cap, 3)")) == {
+        lab(gpu=0): 240.0
+    }

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from fleetd.clock import FakeClock
-from fleetd.sim import SimNode, SimulatedAmdSmi, build_node
+from fleetd.sim import RawLibrary, SimNode, SimulatedAmdSmi, build_node
 from fleetd.sim.hardware import BDF_BUSES
+from fleetd.sim.raw import SmiStatusError
 
 from .snapshot import changed, snapshot
 
@@ -360,3 +361,38 @@ def test_hung_call_with_a_duration_blocks_for_that_real_time_each_call() -> None
     started = time.monotonic()
     a.amdsmi_get_power_info(h)
     assert time.monotonic() - started < 0.1
+
+
+def test_fault_lookups_follow_every_change_of_the_fault_list() -> None:
+    """Per-call answers are looked up once per state of the fault list (the simulator's
+    speed): a fault injected or cleared after a call was answered changes the next call."""
+    clock = FakeClock()
+    node = build_node("MI355X", seed=3, clock=clock)
+    a = SimulatedAmdSmi(node)
+    a.amdsmi_init()
+    h = a.amdsmi_get_processor_handles()[4]
+    assert a.amdsmi_get_power_info(h)["socket_power"] != 18446744073709551615
+    assert a.amdsmi_get_gpu_xgmi_link_status(h)["status"][0] == "U"
+    fields = node.inject(4, "unsupported_fields", fields=["amdsmi_get_power_info.socket_power"])
+    calls = node.inject(4, "unsupported_fields", calls=["amdsmi_get_gpu_activity"])
+    link = node.inject(4, "xgmi_link_down", link=0)
+    assert a.amdsmi_get_power_info(h)["socket_power"] == 18446744073709551615
+    with pytest.raises(a.AmdSmiLibraryException):
+        a.amdsmi_get_gpu_activity(h)
+    assert a.amdsmi_get_gpu_xgmi_link_status(h)["status"][0] == "D"
+    for fault in (fields, calls, link):
+        node.clear(fault)
+    assert a.amdsmi_get_power_info(h)["socket_power"] != 18446744073709551615
+    assert a.amdsmi_get_gpu_activity(h)["gfx_activity"] == 0
+    assert a.amdsmi_get_gpu_xgmi_link_status(h)["status"][0] == "U"
+
+
+def test_an_unknown_handle_is_not_found_and_a_null_one_invalid() -> None:
+    lib = RawLibrary(build_node("MI300X", seed=1, clock=FakeClock()))
+    lib.amdsmi_init(0)
+    with pytest.raises(SmiStatusError) as unknown:
+        lib.amdsmi_get_gpu_activity(0xDEAD)
+    assert unknown.value.status == 31  # AMDSMI_STATUS_NOT_FOUND
+    with pytest.raises(SmiStatusError) as null:
+        lib.amdsmi_get_gpu_activity(0)
+    assert null.value.status == 1  # AMDSMI_STATUS_INVAL

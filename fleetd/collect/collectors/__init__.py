@@ -27,16 +27,25 @@ __all__ = [
 ]
 
 
-def default_collectors(*, processes_interval: float = 30.0) -> list[Collector]:
-    """Every GPU collector, fast ones first; process listing runs every ``processes_interval`` s."""
+def default_collectors(
+    *,
+    processes_interval: float = 30.0,
+    slow_every: int = 1,
+    ecc_guard: bool = True,
+    metrics_table: bool = False,
+) -> list[Collector]:
+    """Every GPU collector, fast ones first; process listing runs every ``processes_interval``
+    s, the slow tier every ``slow_every`` polls (1: every poll), with the ECC totals guarding
+    the per-block counts when ``ecc_guard``; ``metrics_table`` reads temperatures, power,
+    energy and activity from the gpu_metrics table instead of a call each."""
     return [
         IdentityCollector(),
-        TemperatureCollector(),
-        PowerCollector(),
-        EccCollector(),
+        TemperatureCollector(from_metrics=metrics_table),
+        PowerCollector(slow_every=slow_every, from_metrics=metrics_table),
+        EccCollector(slow_every=slow_every, guard=ecc_guard),
         PcieCollector(),
-        XgmiCollector(),
+        XgmiCollector(slow_every=slow_every),
         ThrottleCollector(),
-        UsageCollector(),
+        UsageCollector(slow_every=slow_every, from_metrics=metrics_table),
         ProcessesCollector(interval=processes_interval),
     ]

@@ -1,5 +1,10 @@
 """ECC/RAS: error counts in total and per enabled block, ECC-enabled blocks, retired pages.
 
+The totals (one call) are read every poll and guard the rest: per-block counts (one call per
+enabled block) and retired pages are on the slow tier (``fleetd.collect.cadence``) and are
+read at once when a total moved since their last read, so a new error is counted per block
+in the poll that sees it.
+
 Counts are per driver load (a reset or reload zeroes them; the query layer treats a decrease
 as a counter reset). Retired pages are persistent (board EEPROM). The bad-page threshold
 needs root and debugfs; without them it is missing (not_supported), never zero.
@@ -9,6 +14,7 @@ from __future__ import annotations
 
 from fleetd.collect import parse
 from fleetd.collect.base import Readings, attempt, field
+from fleetd.collect.cadence import slow_part
 from fleetd.collect.source import GpuSource
 from fleetd.model import Reading
 
@@ -18,38 +24,76 @@ ENABLED = "fleetd_gpu_ecc_enabled"
 RETIRED = "fleetd_gpu_retired_pages"
 THRESHOLD = "fleetd_gpu_retired_pages_threshold"
 _MEMO_BLOCKS = "ecc_blocks"
+_MEMO_TOTALS = "ecc_totals_at_block_read"
 
 
 class EccCollector:
+    """Totals every poll; per-block counts and retired pages on the slow tier (every
+    ``slow_every`` polls), read at once when ``guard`` is on and the totals moved since."""
+
     name = "ecc"
+
+    def __init__(self, slow_every: int = 1, guard: bool = True) -> None:
+        if slow_every < 1:
+            raise ValueError("slow_every must be at least 1")
+        self.slow_every = slow_every
+        self.guard = guard
 
     def collect(self, gpu: GpuSource, now: float) -> list[Reading]:
         out = Readings(gpu.identity, now)
 
-        total, err = attempt(gpu.total_ecc_count)
+        total, total_err = attempt(gpu.total_ecc_count)
         for type_label, key in parse.ECC_TYPES:
             raw = field(total, key)
-            out.add(ERRORS, parse.count(raw), raw, reason=err, labels=(("type", type_label),))
+            out.add(ERRORS, parse.count(raw), raw, reason=total_err, labels=(("type", type_label),))
 
         blocks = gpu.ras_blocks()
-        memo = gpu.memo()
         mask, err = attempt(gpu.static, "ecc_enabled", gpu.ecc_enabled)
         enabled = parse.enabled_blocks(mask, blocks) if err is None else None
+        reason = err or parse.missing_reason(mask)
         if enabled is None:
-            # keep the series the GPU had: its blocks go missing rather than vanish
-            reason = err or parse.missing_reason(mask)
             for block in blocks:
                 out.missing(ENABLED, reason, labels=(("block", block),))
+        else:
+            for block, on in enabled.items():
+                out.add(ENABLED, 1.0 if on else 0.0, labels=(("block", block),))
+
+        memo = gpu.memo()
+        seen = tuple(field(total, key) for _, key in parse.ECC_TYPES) if total_err is None else None
+        moved = self.guard and seen is not None and memo.get(_MEMO_TOTALS) != seen
+        slow, fresh = slow_part(
+            gpu,
+            self.name,
+            self.slow_every,
+            lambda: self._slow(gpu, now, enabled, reason),
+            force=moved,
+        )
+        if fresh and seen is not None:
+            memo[_MEMO_TOTALS] = seen
+        out.items.extend(slow)
+
+        raw, err = attempt(gpu.static, "bad_page_threshold", gpu.bad_page_threshold)
+        out.add(THRESHOLD, parse.count(raw), raw, reason=err)
+        return out.items
+
+    @staticmethod
+    def _slow(
+        gpu: GpuSource, now: float, enabled: dict[str, bool] | None, reason: str | None
+    ) -> list[Reading]:
+        """Per-block counts of the enabled blocks and the retired pages by status."""
+        out = Readings(gpu.identity, now)
+        memo = gpu.memo()
+        if enabled is None:
+            # keep the series the GPU had: its blocks go missing rather than vanish
             for block in memo.get(_MEMO_BLOCKS, ()):
                 for type_label, _ in parse.ECC_TYPES:
                     labels = (("block", block), ("type", type_label))
-                    out.missing(BLOCK_ERRORS, reason, labels=labels)
+                    out.missing(BLOCK_ERRORS, reason or parse.REASON_WRONG_TYPE, labels=labels)
         else:
             memo[_MEMO_BLOCKS] = tuple(block for block, on in enabled.items() if on)
             for block, on in enabled.items():
-                out.add(ENABLED, 1.0 if on else 0.0, labels=(("block", block),))
                 if on:
-                    self._block(gpu, out, block)
+                    EccCollector._block(gpu, out, block)
 
         pages, err = attempt(gpu.bad_page_info)
         by_status = parse.bad_pages_by_status(pages) if err is None else None
@@ -57,9 +101,6 @@ class EccCollector:
         for status in parse.PAGE_STATUSES.values():
             value = by_status[status] if by_status is not None else None
             out.add(RETIRED, value, reason=pages_reason, labels=(("status", status),))
-
-        raw, err = attempt(gpu.static, "bad_page_threshold", gpu.bad_page_threshold)
-        out.add(THRESHOLD, parse.count(raw), raw, reason=err)
         return out.items
 
     @staticmethod

@@ -3,7 +3,9 @@
 Hotspot (junction) and HBM (VRAM) come from amdsmi_get_temp_metric; edge too, where present
 (MI300-class has no edge sensor: that reading is missing, not zero). The voltage-regulator
 maximum comes from gpu_metrics ``temperature_vrsoc``. Critical (throttle) and emergency
-(shutdown) limits are static and cached until rediscovery.
+(shutdown) limits are static and cached until rediscovery. A sensor the library answers
+NOT_SUPPORTED is not asked again until rediscovery (``GpuSource.feature``): its reading stays
+missing with that reason, without a call every poll.
 """
 
 from __future__ import annotations
@@ -20,15 +22,33 @@ LIMIT = "fleetd_gpu_temperature_limit_celsius"
 
 SENSORS = (("hotspot", "HOTSPOT"), ("hbm", "VRAM"), ("edge", "EDGE"))
 LIMITS = (("critical", "CRITICAL"), ("emergency", "EMERGENCY"))
+METRICS_KEYS = {
+    "HOTSPOT": "temperature_hotspot",
+    "VRAM": "temperature_mem",
+    "EDGE": "temperature_edge",
+}
+"""gpu_metrics keys of the same sensors, in °C (amdsmi.md §4)."""
 
 
 class TemperatureCollector:
+    """``from_metrics``: the current temperatures from the gpu_metrics table (the call every
+    poll makes anyway) instead of one amdsmi_get_temp_metric call per sensor."""
+
     name = "temperature"
+
+    def __init__(self, from_metrics: bool = False) -> None:
+        self.from_metrics = from_metrics
 
     def collect(self, gpu: GpuSource, now: float) -> list[Reading]:
         out = Readings(gpu.identity, now)
+        metrics, metrics_err = attempt(gpu.per_poll, "gpu_metrics", now, gpu.gpu_metrics)
         for label, sensor in SENSORS:
-            raw, err = attempt(gpu.temp_metric, sensor, "CURRENT")
+            if self.from_metrics:
+                raw, err = field(metrics, METRICS_KEYS[sensor]), metrics_err
+            else:
+                # a sensor this GPU does not have (EDGE on MI3xx) is asked once, not every poll
+                read = partial(gpu.temp_metric, sensor, "CURRENT")
+                raw, err = attempt(gpu.feature, f"amdsmi_get_temp_metric:{sensor}", read)
             out.add(TEMPERATURE, parse.celsius(raw), raw, reason=err, labels=(("sensor", label),))
             for limit_label, metric in LIMITS:
                 key = f"temp_limit:{sensor}:{metric}"
@@ -40,7 +60,8 @@ class TemperatureCollector:
                     reason=err,
                     labels=(("limit", limit_label), ("sensor", label)),
                 )
-        metrics, err = attempt(gpu.per_poll, "gpu_metrics", now, gpu.gpu_metrics)
         raw = field(metrics, "temperature_vrsoc")
-        out.add(TEMPERATURE, parse.celsius(raw), raw, reason=err, labels=(("sensor", "vr"),))
+        out.add(
+            TEMPERATURE, parse.celsius(raw), raw, reason=metrics_err, labels=(("sensor", "vr"),)
+        )
         return out.items

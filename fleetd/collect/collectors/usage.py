@@ -1,9 +1,14 @@
-"""Utilisation (gfx, memory), VRAM used and total, and current clocks (gfx, memory, soc)."""
+"""Utilisation (gfx, memory), VRAM used and total, and current clocks (gfx, memory, soc).
+
+Clocks are on the slow tier (``fleetd.collect.cadence``): three calls that no rule needs
+every poll.
+"""
 
 from __future__ import annotations
 
 from fleetd.collect import parse
 from fleetd.collect.base import Readings, attempt, field
+from fleetd.collect.cadence import slow_part
 from fleetd.collect.source import GpuSource
 from fleetd.model import Reading
 
@@ -13,16 +18,32 @@ MEMORY_TOTAL = "fleetd_gpu_memory_total_bytes"
 CLOCK = "fleetd_gpu_clock_hertz"
 
 ENGINES = (("gfx", "gfx_activity"), ("memory", "umc_activity"))
+METRICS_ENGINES = (("gfx", "average_gfx_activity"), ("memory", "average_umc_activity"))
 CLOCKS = (("gfx", "GFX"), ("memory", "MEM"), ("soc", "SOC"))
 
 
 class UsageCollector:
+    """Activity and VRAM every poll; clocks on the slow tier (every ``slow_every`` polls)."""
+
     name = "usage"
+
+    def __init__(self, slow_every: int = 1, from_metrics: bool = False) -> None:
+        """``from_metrics``: activity from the gpu_metrics table instead of
+        amdsmi_get_gpu_activity every poll."""
+        if slow_every < 1:
+            raise ValueError("slow_every must be at least 1")
+        self.slow_every = slow_every
+        self.from_metrics = from_metrics
 
     def collect(self, gpu: GpuSource, now: float) -> list[Reading]:
         out = Readings(gpu.identity, now)
-        activity, err = attempt(gpu.activity)
-        for engine, key in ENGINES:
+        if self.from_metrics:
+            activity, err = attempt(gpu.per_poll, "gpu_metrics", now, gpu.gpu_metrics)
+            keys = METRICS_ENGINES
+        else:
+            activity, err = attempt(gpu.activity)
+            keys = ENGINES
+        for engine, key in keys:
             raw = field(activity, key)
             out.add(
                 UTILIZATION,
@@ -42,6 +63,13 @@ class UsageCollector:
         raw, err = attempt(gpu.static, "vram_total", lambda: gpu.memory_total("VRAM"))
         out.add(MEMORY_TOTAL, parse.nonneg_bytes(raw), raw, reason=err)
 
+        clocks, _ = slow_part(gpu, self.name, self.slow_every, lambda: self._clocks(gpu, now))
+        out.items.extend(clocks)
+        return out.items
+
+    @staticmethod
+    def _clocks(gpu: GpuSource, now: float) -> list[Reading]:
+        out = Readings(gpu.identity, now)
         for domain, clock_type in CLOCKS:
             info, err = attempt(gpu.clock_info, clock_type)
             raw = field(info, "clk")

@@ -10,7 +10,7 @@ fires on a change from the baseline, and verification after a reset checks again
 ``fleetd_gpu_xgmi_links{state}`` counts all ports as read.
 amdsmi_get_link_metrics always returns 8 entries; only the first ``num_links`` are links,
 in peer order (their ``link`` label is the entry, not the port). Read/write data are KB
-counters, exported as bytes.
+counters, exported as bytes, read on the slow tier (``fleetd.collect.cadence``).
 When the status call fails, the links seen last time are reported missing, so a rule on a
 link sees it go missing instead of silently vanishing.
 
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from fleetd.collect import parse
 from fleetd.collect.base import Readings, attempt, field
+from fleetd.collect.cadence import slow_part
 from fleetd.collect.source import UNSUPPORTED_ON_SKU, GpuSource
 from fleetd.model import Reading
 
@@ -42,7 +43,14 @@ _BASELINE = "xgmi_ports_up"
 
 
 class XgmiCollector:
+    """Link status and error status every poll; the traffic counters on the slow tier."""
+
     name = "xgmi"
+
+    def __init__(self, slow_every: int = 1) -> None:
+        if slow_every < 1:
+            raise ValueError("slow_every must be at least 1")
+        self.slow_every = slow_every
 
     def collect(self, gpu: GpuSource, now: float) -> list[Reading]:
         out = Readings(gpu.identity, now)
@@ -84,6 +92,14 @@ class XgmiCollector:
         if err not in UNSUPPORTED_ON_SKU:
             out.add(ERROR_STATUS, parse.xgmi_error_status(raw), raw, reason=err)
 
+        traffic, _ = slow_part(gpu, self.name, self.slow_every, lambda: self._traffic(gpu, now))
+        out.items.extend(traffic)
+        return out.items
+
+    @staticmethod
+    def _traffic(gpu: GpuSource, now: float) -> list[Reading]:
+        out = Readings(gpu.identity, now)
+        memo = gpu.memo()
         metrics, err = attempt(gpu.link_metrics)
         links = field(metrics, "links")
         if err is None and isinstance(links, list):
