@@ -51,6 +51,7 @@ from fleetd.jobs import JobRunner
 from fleetd.logs import get_logger
 from fleetd.model import Reading, Snapshot, Transition
 from fleetd.polltiming import PollTiming
+from fleetd.registry.drift import NodeVersions, node_versions
 from fleetd.registry.heartbeat import RegistryHeartbeat, default_address
 from fleetd.reload import apply_reload, reload_logged
 from fleetd.remedy.events import ChangeSink
@@ -73,6 +74,7 @@ from fleetd.vllm.collector import TokensPerJouleTracker, VllmScraper
 
 log = get_logger("daemon")
 
+FLEET_SILENCE_CACHE = "fleet-silences.json"  # the fleet silences last read, across restarts
 CLOCK_CHECK_INTERVAL_S = 1.0
 __all__ = ["REDISCOVER_INTERVAL_S", "REDISCOVER_PERIOD_S", "Daemon", "SimContext", "open_backend"]
 
@@ -232,6 +234,7 @@ class Daemon:
             memory=self.memory,
             dispatcher=self.dispatcher,
             remediation=remedy,
+            fleet=self._fleet_readings,
         )
         self.events = EventWiring.build(self)
         self._serve_http()
@@ -564,8 +567,22 @@ class Daemon:
             return
         tls = self.config.http.tls_cert is not None
         address = default_address(self.config.node.name, self.config.http.port, tls=tls)
-        self.heartbeat = RegistryHeartbeat(registry, self.services, address=address)
+        self.heartbeat = RegistryHeartbeat(
+            registry,
+            self.services,
+            address=address,
+            versions=self._node_versions,
+            cache_path=self.config.state_dir / FLEET_SILENCE_CACHE,
+        )
         self.scheduler.add("heartbeat", self.beat, self.job_interval(registry.heartbeat_interval))
+
+    def _node_versions(self) -> NodeVersions:
+        abi = self.backend.abi
+        amdsmi = "/".join(v for v in (abi.package, abi.library) if v) or None
+        return node_versions(self.backend.gpus(), amdsmi=amdsmi, fleetd=__version__)
+
+    def _fleet_readings(self, now: float) -> list[Reading]:
+        return self.heartbeat.readings(now) if self.heartbeat is not None else []
 
     def beat(self) -> None:
         if self.heartbeat is not None:

@@ -1,18 +1,37 @@
-"""The daemon's heartbeat job: publish this node's status row to the fleet registry.
+"""The daemon's heartbeat job: publish this node's row, read back what the fleet says of it.
 
 Built once by the daemon when ``registry.url`` is set, and called every
-``registry.heartbeat_interval`` by the scheduler with the current time. A registry that is
-down costs a log line and a counter, never an exception into the scheduler: the next beat
-tries again.
+``registry.heartbeat_interval`` by the scheduler with the current time. One beat:
+
+1. publishes the node's status row (with its versions and firing alerts);
+2. reads the fleet silences not yet ended and hands the ones naming this node to the
+   dispatcher (and to a small cache file, so a restart while the registry is down keeps them);
+3. reads how many nodes of its SKU run each version, and exports ``fleetd_version_drift``.
+
+A registry that is down costs a log line and a counter, never an exception into the
+scheduler, and never touches local alerting: the dispatcher keeps the fleet silences it last
+had (each ends at its own ``ends_at``, never later, never earlier) and the drift readings
+stay as last computed. The next beat tries again.
 """
 
 from __future__ import annotations
 
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from fleetd.alert.matchers import format_matcher, parse_matcher
+from fleetd.alert.silence_store import Silence
+from fleetd.api.alerts import current_alerts, firing
 from fleetd.api.services import ApiServices
 from fleetd.api.status import node_status
 from fleetd.logs import get_logger
+from fleetd.model import Reading, make_labels
 from fleetd.registry.config import RegistryConfig
+from fleetd.registry.drift import COMPONENTS, NodeVersions, drifts, majority
 from fleetd.registry.reader import RegistryError, describe_error
+from fleetd.registry.silences import FleetSilenceBook, for_node
 from fleetd.registry.store import RegistryPublisher
 
 log = get_logger("registry")
@@ -24,24 +43,46 @@ def default_address(node: str, port: int, *, tls: bool) -> str:
 
 
 class RegistryHeartbeat:
-    """Publishes ``services``' status to the registry in ``config``."""
+    """Publishes ``services``' status to the registry in ``config`` and applies what it reads.
 
-    def __init__(self, config: RegistryConfig, services: ApiServices, *, address: str) -> None:
+    Args:
+        versions: what this node runs (drift detection); None publishes no versions.
+        cache_path: where the fleet silences last read are kept across restarts (JSON);
+            None keeps them in memory only.
+    """
+
+    def __init__(
+        self,
+        config: RegistryConfig,
+        services: ApiServices,
+        *,
+        address: str,
+        versions: Callable[[], NodeVersions] | None = None,
+        cache_path: Path | None = None,
+    ) -> None:
         if config.url is None:
             raise ValueError("the registry heartbeat needs registry.url")
+        self._config = config
         self._services = services
+        self._versions = versions
+        self._cache_path = cache_path
         self._publisher = RegistryPublisher(
             config.url.reveal(), address=config.address or address, timeout=config.timeout
         )
+        self._book = FleetSilenceBook("", engine=self._publisher.engine)
         self.published_total = 0
         self.failures_total = 0
         self.last_error: str | None = None
+        self._drift: list[Reading] = []
+        self._fleet_silences: tuple[Silence, ...] = ()
+        self._restore_cache(services.clock.now())
 
     def beat(self, now: float) -> bool:
-        """Publish once; True when the registry took it."""
+        """Publish once and read back; True when the registry took and answered it."""
         try:
-            status = node_status(self._services, now)
-            self._publisher.publish(status, now)
+            self._publish(now)
+            self._pull_silences(now)
+            self._check_drift(now)
         except Exception as exc:  # e.g. the fleet lease, in the same database, unreadable
             error = str(exc) if isinstance(exc, RegistryError) else describe_error(exc)
             self.failures_total += 1
@@ -55,5 +96,116 @@ class RegistryHeartbeat:
         self.published_total += 1
         return True
 
+    # ---- the three steps ---------------------------------------------------------------
+    def _publish(self, now: float) -> None:
+        status = node_status(self._services, now)
+        on = [
+            {
+                "rule": a["rule"],
+                "severity": a["severity"],
+                "gpu": a["gpu"],
+                "since": a.get("fired_at") or a.get("active_at"),
+                "value": a.get("value"),
+                "summary": a["annotations"].get("summary", ""),
+                "silenced": bool(a.get("silenced_by")),
+                "acknowledged": bool(a.get("acknowledged")),
+                "fingerprint": a.get("fingerprint"),
+            }
+            for a in firing(current_alerts(self._services, now))
+        ]
+        versions = self._versions() if self._versions is not None else None
+        self._publisher.publish(status, now, versions=versions, alerts=on)
+
+    def _pull_silences(self, now: float) -> None:
+        mine = for_node(self._book.current(now), self._services.node, self._services.labels)
+        self._apply(mine)
+        self._save_cache(mine)
+
+    def _check_drift(self, now: float) -> None:
+        versions = self._versions() if self._versions is not None else None
+        if versions is None or versions.sku is None:
+            self._drift = []
+            return
+        counts = self._publisher.group_counts(versions.sku, now - self._config.stale_after)
+        out = []
+        for component in COMPONENTS:
+            value, known = versions.get(component), counts.get(component, {})
+            top = majority(known)
+            if value is None or top is None or sum(known.values()) < self._config.drift_min_nodes:
+                continue
+            drifted = drifts(value, known, self._config.drift_tolerance)
+            labels = make_labels({"item": component, "version": value, "majority": top})
+            out.append(Reading("fleetd_version_drift", labels, 1.0 if drifted else 0.0, now))
+        self._drift = out
+
+    # ---- what the daemon reads ---------------------------------------------------------
+    def readings(self, now: float) -> list[Reading]:
+        """The drift series (as last computed), the fleet silences held, the failures."""
+        held = sum(1 for s in self._fleet_silences if s.state(now) != "expired")
+        return [
+            *(Reading(r.metric, r.labels, r.value, now) for r in self._drift),
+            Reading("fleetd_fleet_silences", (), float(held), now),
+            Reading(
+                "fleetd_registry_heartbeat_failures_total", (), float(self.failures_total), now
+            ),
+        ]
+
+    def fleet_silences(self) -> tuple[Silence, ...]:
+        return self._fleet_silences
+
+    # ---- the fleet silences ------------------------------------------------------------
+    def _apply(self, silences: Sequence[Silence]) -> None:
+        self._fleet_silences = tuple(silences)
+        self._services.dispatcher.set_fleet_silences(self._fleet_silences)
+
+    def _save_cache(self, silences: Sequence[Silence]) -> None:
+        if self._cache_path is None:
+            return
+        data = [
+            {
+                "id": s.id,
+                "matchers": [format_matcher(m) for m in s.matchers],
+                "starts_at": s.starts_at,
+                "ends_at": s.ends_at,
+                "created_by": s.created_by,
+                "comment": s.comment,
+                "created_at": s.created_at,
+                "updated_at": s.updated_at,
+            }
+            for s in silences
+        ]
+        try:
+            tmp = self._cache_path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(data), encoding="utf-8")
+            os.replace(tmp, self._cache_path)
+        except OSError as exc:  # a full disk must not fail the heartbeat
+            log.warning("fleet_silence_cache_unwritable", error=str(exc))
+
+    def _restore_cache(self, now: float) -> None:
+        """The fleet silences the last run read, those not yet ended (until the first beat
+        reads the registry): a restart during a registry outage keeps them too."""
+        if self._cache_path is None or not self._cache_path.is_file():
+            return
+        try:
+            data = json.loads(self._cache_path.read_text(encoding="utf-8"))
+            silences = [
+                Silence(
+                    id=str(d["id"]),
+                    matchers=tuple(parse_matcher(m) for m in d["matchers"]),
+                    starts_at=float(d["starts_at"]),
+                    ends_at=float(d["ends_at"]),
+                    created_by=str(d["created_by"]),
+                    comment=str(d["comment"]),
+                    created_at=float(d["created_at"]),
+                    updated_at=float(d["updated_at"]),
+                )
+                for d in data
+            ]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("fleet_silence_cache_unreadable", error=str(exc))
+            return
+        self._apply([s for s in silences if s.state(now) != "expired"])
+
     def close(self) -> None:
+        self._book.close()
         self._publisher.close()

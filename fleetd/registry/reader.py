@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from fleetd.errors import FleetdError
+from fleetd.registry.drift import COMPONENTS, NodeVersions
 from fleetd.registry.summary import NodeSummary
 
 NODES_TABLE = "fleet_nodes"
@@ -25,6 +27,8 @@ NODE_COLUMNS = (
     "node", "health", "gpus_total", "gpus_healthy", "hottest_junction_c", "power_w",
     "alerts_critical", "alerts_warning", "alerts_info", "remediation", "remediation_active",
     "data_age_s", "reasons", "version", "address", "heartbeat_at", "gpus_in_service", "labels",
+    "sku", "driver_version", "amdsmi_version", "vbios_version", "firmware_version",
+    "partition_layout", "alerts_firing",
 )  # fmt: skip
 """The columns of the fleet table this reader knows (it reads them by name: a table from an
 older fleetd may lack the later ones)."""
@@ -57,6 +61,8 @@ class RegistryNode:
     heartbeat_at: float
     heartbeat_age_s: float
     stale: bool
+    versions: NodeVersions | None = None  # None: an agent from before drift detection
+    alerts: tuple[Mapping[str, Any], ...] | None = None  # firing; None: not published
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,8 +182,17 @@ class RegistryReader:
                 gpus_in_service=r.get("gpus_in_service"),
                 labels=tuple(sorted(json.loads(r.get("labels") or "{}").items())),
             )
+            firing = r.get("alerts_firing")
             out.append(
-                RegistryNode(summary, r["address"], r["heartbeat_at"], age, age > stale_after)
+                RegistryNode(
+                    summary,
+                    r["address"],
+                    r["heartbeat_at"],
+                    age,
+                    age > stale_after,
+                    _versions(r),
+                    None if firing is None else tuple(json.loads(firing)),
+                )
             )
         return out
 
@@ -204,6 +219,15 @@ class RegistryReader:
             self._conn = None
         if self._engine is not None:
             self._engine.dispose()
+
+
+def _versions(row: Mapping[str, Any]) -> NodeVersions | None:
+    """The drift columns of a row, or None when the agent never published them."""
+    own = [c for k, c in COMPONENTS.items() if k != "fleetd"]
+    if row.get("sku") is None and all(row.get(c) is None for c in own):
+        return None
+    values = {k: row.get(c) for k, c in COMPONENTS.items()}
+    return NodeVersions(sku=row.get("sku"), **values)
 
 
 def _rollback(conn: Any) -> None:

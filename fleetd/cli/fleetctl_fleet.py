@@ -1,0 +1,370 @@
+"""fleetctl's registry-side commands: fleet silences, their audit trail, drift, and alerts.
+
+These read or write the fleet registry (``--db``) and contact no agent: a fleet silence is a
+row agents pull with their heartbeat; ``drift`` and ``alerts`` read every node's last
+heartbeat in one query. Exit codes: 0 done (no drift, no firing alert), 1 refused (a bad
+matcher, with its position) or found (drift, a firing alert), 2 the registry could not be
+read, or some node's heartbeat is stale.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from fleetd.cli.fleetctl_context import (
+    EXIT_OK,
+    EXIT_UNHEALTHY,
+    EXIT_UNREACHABLE,
+    Fail,
+    Fleet,
+    Unreachable,
+)
+from fleetd.cli.fleetctl_render import Cell, Column, age, clock, number, render_table
+
+if TYPE_CHECKING:
+    from fleetd.registry.reader import RegistryNode
+    from fleetd.registry.silences import FleetSilenceBook
+
+SEVERITY_STYLES = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def _need_db(fleet: Fleet, what: str) -> str:
+    if fleet.db is None:
+        raise Unreachable(f"{what} lives in the fleet registry: give --db URL (or $FLEETCTL_DB)")
+    return fleet.db
+
+
+def _book(fleet: Fleet, what: str) -> FleetSilenceBook:
+    from fleetd.registry.silences import FleetSilenceBook
+
+    try:
+        return FleetSilenceBook(_need_db(fleet, what), timeout=fleet.timeout)
+    except Exception as exc:  # a malformed URL, a missing driver
+        raise Unreachable(str(exc)) from None
+
+
+def _registry_call(func: Any, *args: Any, **kwargs: Any) -> Any:
+    from fleetd.registry.reader import RegistryError
+
+    try:
+        return func(*args, **kwargs)
+    except RegistryError as exc:
+        raise Unreachable(str(exc)) from None
+
+
+# ---------------------------------------------------------------------------- fleet silences
+def add_fleet_silence(
+    fleet: Fleet,
+    node_matchers: Sequence[str],
+    matchers: Sequence[str],
+    *,
+    duration: float,
+    author: str,
+    reason: str,
+    actor: str,
+) -> None:
+    """Validate (bad matcher: refused with its position, exit 1), store, print the id."""
+    from fleetd.registry.silences import MatcherError, parse_matchers
+
+    try:
+        nodes = parse_matchers(node_matchers, "node")
+        alerts = parse_matchers(matchers, "alert")
+    except MatcherError as exc:
+        raise Fail(f"refused: {exc}") from None
+    book = _book(fleet, "a fleet silence")
+    now = time.time()
+    try:
+        silence = _registry_call(
+            book.add,
+            nodes,
+            alerts,
+            starts_at=now,
+            ends_at=now + duration,
+            created_by=author,
+            comment=reason,
+            actor=actor,
+            now=now,
+        )
+    except ValueError as exc:
+        raise Fail(f"refused: {exc}") from None
+    finally:
+        book.close()
+    where = " ".join(silence.to_dict(now)["node_matchers"]) or "every node"
+    fleet.echo(
+        f"fleet silence {silence.id} on {where} until {clock(silence.ends_at)}: "
+        "agents apply it at their next heartbeat"
+    )
+
+
+FLEET_SILENCE_COLUMNS = (
+    Column("ID"),
+    Column("STATE"),
+    Column("NODES"),
+    Column("ALERTS"),
+    Column("ENDS"),
+    Column("BY"),
+    Column("COMMENT"),
+)
+
+
+def list_fleet_silences(fleet: Fleet, *, everything: bool, as_json: bool) -> None:
+    book = _book(fleet, "a fleet silence")
+    now = time.time()
+    try:
+        found = _registry_call(book.all) if everything else _registry_call(book.current, now)
+    finally:
+        book.close()
+    views = [s.to_dict(now) for s in found]
+    if as_json:
+        click.echo(json.dumps({"fleet_silences": views}, indent=2))
+        return
+    rows = [
+        [
+            Cell(v["id"]),
+            Cell(v["state"], "green" if v["state"] == "active" else None),
+            Cell(" ".join(v["node_matchers"]) or "(all)"),
+            Cell(" ".join(v["matchers"]) or "(all)"),
+            Cell(clock(v["ends_at"])),
+            Cell(v["created_by"]),
+            Cell(v["comment"]),
+        ]
+        for v in views
+    ]
+    fleet.echo(render_table(FLEET_SILENCE_COLUMNS, rows, fleet.painter))
+
+
+def expire_fleet_silence(fleet: Fleet, silence_id: str, *, reason: str, actor: str) -> None:
+    book = _book(fleet, "a fleet silence")
+    try:
+        _registry_call(book.expire, silence_id, actor=actor, comment=reason, now=time.time())
+    except KeyError:
+        raise Fail(f"no fleet silence {silence_id!r} in the registry") from None
+    finally:
+        book.close()
+    fleet.echo(f"fleet silence {silence_id} expired: agents drop it at their next heartbeat")
+
+
+AUDIT_COLUMNS = (Column("AT"), Column("WHO"), Column("ACTION"), Column("SILENCE"), Column("WHAT"))
+
+
+def show_audit(fleet: Fleet, *, limit: int, as_json: bool) -> None:
+    book = _book(fleet, "the fleet silence audit trail")
+    try:
+        entries = _registry_call(book.audit, limit)
+    finally:
+        book.close()
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "audit": [
+                        {
+                            "at": e.at,
+                            "actor": e.actor,
+                            "action": e.action,
+                            "silence_id": e.silence_id,
+                            "detail": e.detail,
+                        }
+                        for e in entries
+                    ]
+                },
+                indent=2,
+            )
+        )
+        return
+    rows = [
+        [
+            Cell(clock(e.at)),
+            Cell(e.actor),
+            Cell(e.action),
+            Cell(e.silence_id),
+            Cell(_audit_text(e.detail)),
+        ]
+        for e in entries
+    ]
+    fleet.echo(render_table(AUDIT_COLUMNS, rows, fleet.painter))
+
+
+def _audit_text(detail: Any) -> str:
+    parts = []
+    for key in ("node_matchers", "matchers"):
+        value = detail.get(key)
+        if value:
+            matchers = json.loads(value) if isinstance(value, str) else value
+            parts.append(f"{key.replace('_', ' ')}: {' '.join(matchers)}")
+    if detail.get("ends_at"):
+        parts.append(f"until {clock(detail['ends_at'])}")
+    if detail.get("comment"):
+        parts.append(f"“{detail['comment']}”")
+    return "; ".join(parts)
+
+
+# ------------------------------------------------------------------------------ registry read
+def read_fleet(fleet: Fleet, now: float) -> list[RegistryNode]:
+    """Every node's last heartbeat, in one query."""
+    from fleetd.registry.reader import RegistryError, RegistryReader
+
+    reader = RegistryReader(_need_db(fleet, "this view"), timeout=fleet.timeout)
+    try:
+        nodes: list[RegistryNode] = reader.fleet(now, stale_after=fleet.stale_after)
+        return nodes
+    except RegistryError as exc:
+        raise Unreachable(str(exc)) from None
+    finally:
+        reader.close()
+
+
+ALERT_COLUMNS = (
+    Column("NODE"),
+    Column("SEVERITY"),
+    Column("ALERT"),
+    Column("GPU", "right"),
+    Column("SINCE"),
+    Column("VALUE", "right"),
+    Column("MUTED"),
+    Column("SUMMARY"),
+)
+ORDER = {"critical": 0, "warning": 1, "info": 2}
+
+
+def registry_alerts(
+    fleet: Fleet, nodes: Sequence[str], severity: str | None, as_json: bool
+) -> None:
+    """Firing alerts as every agent last published them (one query); exit 1 when any fire,
+    2 when a node is stale or never published its alerts."""
+    now = time.time()
+    wanted = set(nodes)
+    found: list[tuple[str, dict[str, Any]]] = []
+    missing: list[tuple[str, str]] = []
+    for n in read_fleet(fleet, now):
+        name = n.summary.node
+        if wanted and name not in wanted:
+            continue
+        if n.stale:
+            missing.append((name, f"stale: last heartbeat {age(n.heartbeat_age_s)} ago"))
+        if n.alerts is None:
+            if not n.stale:
+                missing.append((name, "its agent does not publish alerts to the registry"))
+            continue
+        found.extend(
+            (name, dict(a)) for a in n.alerts if severity is None or a["severity"] == severity
+        )
+    unknown = sorted(wanted - {n for n, _ in found} - {n for n, _ in missing})
+    found.sort(key=lambda na: (ORDER.get(na[1]["severity"], 9), na[0], na[1]["gpu"] or -1))
+    code = EXIT_UNREACHABLE if missing else EXIT_UNHEALTHY if found else EXIT_OK
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "source": "registry",
+                    "alerts": [{"node": n, **a} for n, a in found],
+                    "unreachable": [{"node": n, "error": why} for n, why in missing],
+                },
+                indent=2,
+            )
+        )
+        raise SystemExit(code)
+    rows = [
+        [
+            Cell(node),
+            Cell(a["severity"], SEVERITY_STYLES.get(a["severity"])),
+            Cell(a["rule"]),
+            Cell("-" if a["gpu"] is None else str(a["gpu"])),
+            Cell(clock(a.get("since"))),
+            Cell(number(a["value"], digits=2) if a.get("value") is not None else "-"),
+            Cell(_muted(a)),
+            Cell(a.get("summary") or ""),
+        ]
+        for node, a in found
+    ]
+    fleet.echo(render_table(ALERT_COLUMNS, rows, fleet.painter))
+    for name, why in missing:
+        fleet.echo(fleet.painter.paint(f"{name}: {why}", "bold magenta"))
+    for name in unknown:
+        fleet.echo(fleet.painter.paint(f"{name}: not in the registry", "bold red"))
+    raise SystemExit(EXIT_UNREACHABLE if unknown else code)
+
+
+def _muted(alert: dict[str, Any]) -> str:
+    flags = (("silenced", alert.get("silenced")), ("acked", alert.get("acknowledged")))
+    return ",".join(word for word, on in flags if on) or "-"
+
+
+DRIFT_COLUMNS = (
+    Column("SKU"),
+    Column("NODES", "right"),
+    Column("COMPONENT"),
+    Column("MAJORITY"),
+    Column("MINORITY"),
+    Column("COUNT", "right"),
+    Column("ON"),
+)
+
+
+def drift_report(fleet: Fleet, tolerance: float, as_json: bool, show: int) -> None:
+    """SKU groups and their minority versions from one query; exit 1 when there is drift."""
+    from fleetd.registry.drift import fleet_drift
+
+    now = time.time()
+    nodes = read_fleet(fleet, now)
+    fresh = [(n.summary.node, n.versions) for n in nodes if not n.stale and n.versions]
+    stale = sum(1 for n in nodes if n.stale)
+    silent = sum(1 for n in nodes if not n.stale and n.versions is None)
+    groups, minorities = fleet_drift(((node, v) for node, v in fresh if v is not None), tolerance)
+    code = EXIT_UNHEALTHY if minorities else EXIT_OK
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "groups": groups,
+                    "drift": [
+                        {
+                            "sku": m.sku,
+                            "component": m.component,
+                            "version": m.version,
+                            "majority": m.majority,
+                            "nodes": list(m.nodes),
+                            "group_size": m.group_size,
+                        }
+                        for m in minorities
+                    ],
+                    "stale_nodes": stale,
+                    "nodes_without_versions": silent,
+                    "tolerance": tolerance,
+                },
+                indent=2,
+            )
+        )
+        raise SystemExit(code)
+    rows = []
+    for m in minorities:
+        shown = ", ".join(m.nodes[:show])
+        if len(m.nodes) > show:
+            shown += f" (+{len(m.nodes) - show})"
+        rows.append(
+            [
+                Cell(m.sku),
+                Cell(str(m.group_size)),
+                Cell(m.component),
+                Cell(m.majority),
+                Cell(m.version, "yellow"),
+                Cell(str(len(m.nodes))),
+                Cell(shown),
+            ]
+        )
+    summary = ", ".join(f"{sku}: {count}" for sku, count in sorted(groups.items()))
+    fleet.echo(f"{sum(groups.values())} nodes by SKU ({summary or 'none'})")
+    if rows:
+        fleet.echo(render_table(DRIFT_COLUMNS, rows, fleet.painter))
+    else:
+        fleet.echo("no drift: every node runs its SKU group's majority versions")
+    if stale or silent:
+        fleet.echo(
+            f"not judged: {stale} stale node(s), {silent} node(s) whose agent publishes no versions"
+        )
+    raise SystemExit(code)
