@@ -3,12 +3,13 @@
 Built once by the daemon when ``registry.url`` is set, and called every
 ``registry.heartbeat_interval`` by the scheduler with the current time. One beat:
 
-1. publishes the node's status row (with its versions and firing alerts);
-2. reads the fleet silences not yet ended and hands the ones naming this node to the
+1. reads the fleet silences not yet ended and hands the ones naming this node to the
    dispatcher (and to a small cache file, so a restart while the registry is down keeps them);
+2. publishes the node's status row (with its versions and firing alerts);
 3. reads how many nodes of its SKU run each version, and exports ``fleetd_version_drift``.
 
-A registry that is down costs a log line and a counter, never an exception into the
+The silences are read before the row is published, so the firing alerts it carries show
+them muted. A registry that is down costs a log line and a counter, never an exception into the
 scheduler, and never touches local alerting: the dispatcher keeps the fleet silences it last
 had (each ends at its own ``ends_at``, never later, never earlier) and the drift readings
 stay as last computed. The next beat tries again.
@@ -78,13 +79,18 @@ class RegistryHeartbeat:
         self._restore_cache(services.clock.now())
 
     def beat(self, now: float) -> bool:
-        """Publish once and read back; True when the registry took and answered it."""
-        try:
-            self._publish(now)
-            self._pull_silences(now)
-            self._check_drift(now)
-        except Exception as exc:  # e.g. the fleet lease, in the same database, unreadable
-            error = str(exc) if isinstance(exc, RegistryError) else describe_error(exc)
+        """Read back and publish once; True when the registry answered every step.
+
+        The fleet silences are read first, so the alerts published show them muted; a step
+        that fails is logged and counted, and the others still run."""
+        errors = []
+        for step in (self._pull_silences, self._publish, self._check_drift):
+            try:
+                step(now)
+            except Exception as exc:  # e.g. the fleet lease, in the same database, unreadable
+                errors.append(str(exc) if isinstance(exc, RegistryError) else describe_error(exc))
+        if errors:
+            error = errors[0]
             self.failures_total += 1
             if self.last_error != error:
                 log.warning("registry_publish_failed", error=error)
