@@ -21,15 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
-    Column,
     Engine,
-    Float,
-    Index,
-    Integer,
     RowMapping,
-    String,
-    Table,
-    Text,
     insert,
     select,
     update,
@@ -41,36 +34,10 @@ from fleetd.alert.silence_store import Silence
 from fleetd.model import make_labels
 from fleetd.query import Matcher, matches_all
 from fleetd.registry.reader import RegistryError, describe_error
-from fleetd.registry.store import REGISTRY_METADATA, _engine
+from fleetd.registry.store import REGISTRY_METADATA, _engine, audit_table, silences_table
 
 FLEET_SILENCE_PREFIX = "fleet:"
 """Local ids of fleet silences on an agent: ``fleet:<uuid>`` (never a node's own uuid)."""
-
-silences_table = Table(
-    "fleet_silences",
-    REGISTRY_METADATA,
-    Column("id", String(36), primary_key=True),
-    Column("node_matchers", Text, nullable=False),  # JSON list of matcher text
-    Column("matchers", Text, nullable=False),  # JSON list of matcher text
-    Column("starts_at", Float(precision=53), nullable=False),
-    Column("ends_at", Float(precision=53), nullable=False),
-    Column("created_by", String(255), nullable=False),
-    Column("comment", Text, nullable=False),
-    Column("created_at", Float(precision=53), nullable=False),
-    Column("updated_at", Float(precision=53), nullable=False),
-    Index("ix_fleet_silences_ends", "ends_at"),
-)
-
-audit_table = Table(
-    "fleet_silence_audit",
-    REGISTRY_METADATA,
-    Column("seq", Integer, primary_key=True, autoincrement=True),
-    Column("at", Float(precision=53), nullable=False),
-    Column("actor", String(255), nullable=False),
-    Column("action", String(16), nullable=False),  # add | expire
-    Column("silence_id", String(36), nullable=False),
-    Column("detail", Text, nullable=False),  # JSON: matchers, ends_at, comment
-)
 
 
 class MatcherError(ValueError):

@@ -78,6 +78,33 @@ nodes_table = Table(
 )
 
 
+silences_table = Table(  # fleet silences: fleetd.registry.silences
+    "fleet_silences",
+    REGISTRY_METADATA,
+    Column("id", String(36), primary_key=True),
+    Column("node_matchers", Text, nullable=False),  # JSON list of matcher text
+    Column("matchers", Text, nullable=False),  # JSON list of matcher text
+    Column("starts_at", Float(precision=53), nullable=False),
+    Column("ends_at", Float(precision=53), nullable=False),
+    Column("created_by", String(255), nullable=False),
+    Column("comment", Text, nullable=False),
+    Column("created_at", Float(precision=53), nullable=False),
+    Column("updated_at", Float(precision=53), nullable=False),
+    Index("ix_fleet_silences_ends", "ends_at"),
+)
+
+audit_table = Table(
+    "fleet_silence_audit",
+    REGISTRY_METADATA,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("at", Float(precision=53), nullable=False),
+    Column("actor", String(255), nullable=False),
+    Column("action", String(16), nullable=False),  # add | expire
+    Column("silence_id", String(36), nullable=False),
+    Column("detail", Text, nullable=False),  # JSON: matchers, ends_at, comment
+)
+
+
 def _engine(url: str, timeout: float) -> Engine:
     url = engine_url(url)
     try:
