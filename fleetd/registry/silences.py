@@ -204,7 +204,8 @@ class FleetSilenceBook:
             now,
         )
         row = _row(silence)
-        detail = {k: row[k] for k in ("node_matchers", "matchers", "ends_at", "comment")}
+        view = silence.to_dict(now)
+        detail = {k: view[k] for k in ("node_matchers", "matchers", "ends_at", "comment")}
         self._write(
             [
                 insert(silences_table).values(**row),
