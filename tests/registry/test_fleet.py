@@ -17,6 +17,7 @@ from fleetd.clock import FakeClock
 from fleetd.registry.config import RegistryConfig
 from fleetd.registry.drift import NodeVersions
 from fleetd.registry.heartbeat import RegistryHeartbeat
+from fleetd.registry.reader import RegistryReader
 from fleetd.registry.silences import FleetSilenceBook, parse_matchers
 from tests.api.agent import Agent, start_agent
 from tests.fleetctl.conftest import run_fleetctl
@@ -235,3 +236,38 @@ def test_drift_is_listed_by_fleetctl_and_raised_on_the_odd_node(
     assert row == ["MI355X", "3", "driver", "6.14.14", "6.12.1", "1", "gpu-node-003"]
     tolerant, _ = run_fleetctl("drift", "--db", pg_url, "--tolerance", "0.3")
     assert tolerant.exit_code == 0 and "no drift" in tolerant.output
+
+
+def test_the_daemon_wires_versions_and_the_silence_cache(tmp_path: Path, pg_url: str) -> None:
+    agent = start_agent(tmp_path / "n", name="gpu-node-101", registry={"url": pg_url, "timeout": 1})
+    try:
+        agent.tick()
+        assert agent.daemon.heartbeat is not None
+        agent.daemon.beat()
+        reader = RegistryReader(pg_url)
+        (node,) = reader.fleet(agent.clock.now(), stale_after=60)
+        assert node.versions is not None and node.versions.sku == "MI355X"
+        assert node.versions.driver and node.versions.amdsmi == "7.0.2/26.1.0"
+        assert node.versions.firmware is None  # not read: unknown, never a made-up value
+        reader.close()
+        assert (tmp_path / "n" / "fleet-silences.json").read_text() == "[]"
+    finally:
+        agent.stop()
+
+
+def test_an_unreachable_registry_never_stops_local_alerting(tmp_path: Path) -> None:
+    dead = {"url": "postgresql://fleetd:pw@127.0.0.1:1/fleet", "timeout": 1}
+    agent = start_agent(tmp_path / "n", name="gpu-node-102", registry=dead)
+    try:
+        agent.sim.inject(3, "ecc_uncorrectable", persistent=True)
+        agent.tick(3)
+        agent.daemon.beat()
+        agent.tick()
+        heartbeat = agent.daemon.heartbeat
+        assert heartbeat is not None and heartbeat.failures_total == 1
+        firing = {a.key.rule for a in agent.engine.alerts() if a.state.value == "firing"}
+        assert ECC in firing
+        delivered = agent.dispatcher.status(agent.clock.now())
+        assert delivered["alerts"]["firing"] >= 1  # type: ignore[index]
+    finally:
+        agent.stop()
