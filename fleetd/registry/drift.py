@@ -71,6 +71,12 @@ def node_versions(
     )
 
 
+def partition_layout(modes: Sequence[tuple[int, str | None, str | None]]) -> str | None:
+    """``SPX/NPS1`` from each GPU's (index, compute mode, memory mode); distinct layouts
+    joined by ``|``; None when no GPU could say."""
+    return _distinct(f"{c or '?'}/{m or '?'}" for _, c, m in modes if c or m)
+
+
 def majority(counts: Mapping[str, int]) -> str | None:
     """The value most nodes run (ties: the smallest text, so every reader agrees)."""
     if not counts:

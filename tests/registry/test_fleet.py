@@ -249,6 +249,7 @@ def test_the_daemon_wires_versions_and_the_silence_cache(tmp_path: Path, pg_url:
         assert node.versions is not None and node.versions.sku == "MI355X"
         assert node.versions.driver and node.versions.amdsmi == "7.0.2/26.1.0"
         assert node.versions.firmware is None  # not read: unknown, never a made-up value
+        assert node.versions.partition == "SPX/NPS1"
         reader.close()
         assert (tmp_path / "n" / "fleet-silences.json").read_text() == "[]"
     finally:

@@ -6,7 +6,14 @@ import pytest
 
 from fleetd.alert.matchers import parse_matcher
 from fleetd.model import GpuIdentity
-from fleetd.registry.drift import NodeVersions, drifts, fleet_drift, majority, node_versions
+from fleetd.registry.drift import (
+    NodeVersions,
+    drifts,
+    fleet_drift,
+    majority,
+    node_versions,
+    partition_layout,
+)
 from fleetd.registry.silences import (
     FleetSilence,
     MatcherError,
@@ -100,3 +107,9 @@ def test_a_nodes_versions_from_its_gpus() -> None:
     found = node_versions([gpu(0, "x"), gpu(1, "y"), gpu(2, "x")], amdsmi="7.0.2", fleetd="0.1")
     assert found == NodeVersions("MI355X", "6.14", "7.0.2", "x|y", None, "0.1", None)
     assert node_versions([], amdsmi=None, fleetd="0.1").sku is None
+
+
+def test_the_partition_layout_of_a_node() -> None:
+    assert partition_layout([(0, "SPX", "NPS1"), (1, "SPX", "NPS1")]) == "SPX/NPS1"
+    assert partition_layout([(0, "CPX", "NPS4"), (1, "SPX", None)]) == "CPX/NPS4|SPX/?"
+    assert partition_layout([(0, None, None)]) is None
