@@ -27,6 +27,7 @@ from fleetd.cli.fleetctl_context import (
     make_fleet,
 )
 from fleetd.cli.fleetctl_fleet import (
+    ack_fleet,
     add_fleet_silence,
     drift_report,
     expire_fleet_silence,
@@ -203,13 +204,41 @@ def alerts_command(
 
 
 @click.command("ack")
-@click.argument("node")
-@click.argument("fingerprint")
+@click.argument("args", nargs=-1, metavar="NODE FINGERPRINT | --fleet [MATCHER...]")
+@click.option(
+    "--fleet",
+    "fleet_wide",
+    is_flag=True,
+    help="Acknowledge through the registry (--db) every alert the MATCHERs accept, firing now "
+    "on every node the --node-match matchers accept; agents apply it at their next heartbeat.",
+)
+@click.option(
+    "--node-match", "-n", "node_matchers", multiple=True, help="With --fleet: a node matcher."
+)
+@click.option("--author", help="With --fleet: who is on it (default: you, user@host).")
 @reason_option
 @fleet_options
-def ack_command(node: str, fingerprint: str, reason: str, **kw: Any) -> None:
-    """Acknowledge a firing alert (no repeat notifications for this episode)."""
+def ack_command(
+    args: tuple[str, ...],
+    fleet_wide: bool,
+    node_matchers: tuple[str, ...],
+    author: str | None,
+    reason: str,
+    **kw: Any,
+) -> None:
+    """Acknowledge a firing alert (no repeat notifications for this episode), or with --fleet
+    the firing alerts the matchers accept across the fleet."""
     fleet = _fleet(kw)
+    if fleet_wide:
+        ack_fleet(
+            fleet, node_matchers, args, author=author or actor(), reason=reason, actor=actor()
+        )
+        return
+    if node_matchers or author:
+        raise click.UsageError("--node-match and --author need --fleet")
+    if len(args) != 2:
+        raise click.UsageError("give NODE and FINGERPRINT (or --fleet and matchers)")
+    node, fingerprint = args
     done = change(fleet, node, f"/alerts/{fingerprint}/ack", {"reason": reason})
     fleet.echo(f"{node}: acknowledged {fingerprint} as {done['acknowledgement']['author']}")
 

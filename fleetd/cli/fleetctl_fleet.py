@@ -101,6 +101,44 @@ def add_fleet_silence(
     )
 
 
+def ack_fleet(
+    fleet: Fleet,
+    node_matchers: Sequence[str],
+    matchers: Sequence[str],
+    *,
+    author: str,
+    reason: str,
+    actor: str,
+) -> None:
+    """A fleet acknowledgement: refused with the bad matcher's position (exit 1), or stored."""
+    from fleetd.registry.silences import MatcherError, parse_matchers
+
+    try:
+        nodes = parse_matchers(node_matchers, "node")
+        alerts = parse_matchers(matchers, "alert")
+    except MatcherError as exc:
+        raise Fail(f"refused: {exc}") from None
+    book = _book(fleet, "a fleet acknowledgement")
+    try:
+        ack = _registry_call(
+            book.acknowledge,
+            nodes,
+            alerts,
+            created_by=author,
+            comment=reason,
+            actor=actor,
+            now=time.time(),
+        )
+    except ValueError as exc:
+        raise Fail(f"refused: {exc}") from None
+    finally:
+        book.close()
+    fleet.echo(
+        f"fleet acknowledgement {ack.id}: agents acknowledge the matching alerts firing now "
+        "at their next heartbeat"
+    )
+
+
 FLEET_SILENCE_COLUMNS = (
     Column("ID"),
     Column("STATE"),
@@ -149,7 +187,7 @@ def expire_fleet_silence(fleet: Fleet, silence_id: str, *, reason: str, actor: s
     fleet.echo(f"fleet silence {silence_id} expired: agents drop it at their next heartbeat")
 
 
-AUDIT_COLUMNS = (Column("AT"), Column("WHO"), Column("ACTION"), Column("SILENCE"), Column("WHAT"))
+AUDIT_COLUMNS = (Column("AT"), Column("WHO"), Column("ACTION"), Column("ID"), Column("WHAT"))
 
 
 def show_audit(fleet: Fleet, *, limit: int, as_json: bool) -> None:
@@ -167,7 +205,7 @@ def show_audit(fleet: Fleet, *, limit: int, as_json: bool) -> None:
                             "at": e.at,
                             "actor": e.actor,
                             "action": e.action,
-                            "silence_id": e.silence_id,
+                            "subject": e.subject,
                             "detail": e.detail,
                         }
                         for e in entries
@@ -182,7 +220,7 @@ def show_audit(fleet: Fleet, *, limit: int, as_json: bool) -> None:
             Cell(clock(e.at)),
             Cell(e.actor),
             Cell(e.action),
-            Cell(e.silence_id),
+            Cell(e.subject),
             Cell(_audit_text(e.detail)),
         ]
         for e in entries

@@ -5,6 +5,7 @@ Built once by the daemon when ``registry.url`` is set, and called every
 
 1. reads the fleet silences not yet ended and hands the ones naming this node to the
    dispatcher (and to a small cache file, so a restart while the registry is down keeps them);
+   then acknowledges the firing alerts a recent fleet acknowledgement covers;
 2. publishes the node's status row (with its versions and firing alerts);
 3. reads how many nodes of its SKU run each version, and exports ``fleetd_version_drift``.
 
@@ -73,6 +74,7 @@ class RegistryHeartbeat:
         self._book = FleetSilenceBook("", engine=self._publisher.engine)
         self.published_total = 0
         self.failures_total = 0
+        self.acknowledged_total = 0  # alerts acknowledged here by fleet acknowledgements
         self.last_error: str | None = None
         self._drift: list[Reading] = []
         self._fleet_silences: tuple[Silence, ...] = ()
@@ -84,7 +86,7 @@ class RegistryHeartbeat:
         The fleet silences are read first, so the alerts published show them muted; a step
         that fails is logged and counted, and the others still run."""
         errors = []
-        for step in (self._pull_silences, self._publish, self._check_drift):
+        for step in (self._pull_silences, self._pull_acks, self._publish, self._check_drift):
             try:
                 step(now)
             except Exception as exc:  # e.g. the fleet lease, in the same database, unreadable
@@ -126,6 +128,32 @@ class RegistryHeartbeat:
         mine = for_node(self._book.current(now), self._services.node, self._services.labels)
         self._apply(mine)
         self._save_cache(mine)
+
+    def _pull_acks(self, now: float) -> None:
+        """Acknowledge, on this node, each firing alert a recent fleet acknowledgement covers
+        (its episode began before the acknowledgement; a later episode is not covered)."""
+        node, labels = self._services.node, self._services.labels
+        acks = [a for a in self._book.recent_acks(now) if a.applies_to(node, labels)]
+        if not acks:
+            return
+        dispatcher = self._services.dispatcher
+        for held in dispatcher.alerts(now):
+            alert = held.alert
+            if not alert.firing or held.acknowledged:
+                continue
+            ack = next((a for a in acks if a.covers(alert.labels, alert.starts_at)), None)
+            if ack is None:
+                continue
+            try:
+                dispatcher.acknowledge(
+                    alert.fingerprint,
+                    author=f"{ack.created_by} (fleet {ack.id[:8]})",
+                    comment=ack.comment,
+                    now=now,
+                )
+            except KeyError:  # resolved meanwhile
+                continue
+            self.acknowledged_total += 1
 
     def _check_drift(self, now: float) -> None:
         versions = self._versions() if self._versions is not None else None

@@ -31,10 +31,16 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from fleetd.alert.matchers import format_matcher, parse_matcher
 from fleetd.alert.silence_store import Silence
-from fleetd.model import make_labels
+from fleetd.model import Labels, make_labels
 from fleetd.query import Matcher, matches_all
 from fleetd.registry.reader import RegistryError, describe_error
-from fleetd.registry.store import REGISTRY_METADATA, _engine, audit_table, silences_table
+from fleetd.registry.store import (
+    REGISTRY_METADATA,
+    _engine,
+    acks_table,
+    audit_table,
+    silences_table,
+)
 
 FLEET_SILENCE_PREFIX = "fleet:"
 """Local ids of fleet silences on an agent: ``fleet:<uuid>`` (never a node's own uuid)."""
@@ -113,12 +119,45 @@ class FleetSilence:
         }
 
 
+ACK_WINDOW = 86400.0
+"""How long agents look at a fleet acknowledgement: one that an agent cut off for longer
+never sees applies to no alert it could still be about (it acknowledges alerts firing when it
+was made, and a day-old page has been handled or escalated)."""
+
+
+ACK_CLOCK_GRACE = 60.0
+"""An alert that began up to this long after the acknowledgement, by the node's clock, is
+covered too: the operator's and the nodes' clocks differ a little, and a page of the same
+minute is the one the person is looking at."""
+
+
+@dataclass(frozen=True, slots=True)
+class FleetAck:
+    """A person is on every alert the matchers accept, on every node the node matchers accept,
+    that was firing when this was made (each alert's current episode only)."""
+
+    id: str
+    node_matchers: tuple[Matcher, ...]
+    matchers: tuple[Matcher, ...]
+    created_by: str
+    comment: str
+    created_at: float
+
+    def applies_to(self, node: str, labels: Mapping[str, str]) -> bool:
+        return matches_all(make_labels({**labels, "node": node}), self.node_matchers)
+
+    def covers(self, alert_labels: Labels, starts_at: float) -> bool:
+        """An alert of an applicable node: its labels match and its episode began before."""
+        began_before = starts_at <= self.created_at + ACK_CLOCK_GRACE
+        return began_before and matches_all(alert_labels, self.matchers)
+
+
 @dataclass(frozen=True, slots=True)
 class AuditEntry:
     at: float
     actor: str
     action: str
-    silence_id: str
+    subject: str  # the silence or acknowledgement id
     detail: Mapping[str, Any]
 
 
@@ -159,7 +198,7 @@ class FleetSilenceBook:
     def _ensure(self) -> None:
         if self._ready:
             return
-        tables = [silences_table, audit_table]
+        tables = [silences_table, acks_table, audit_table]
         try:
             REGISTRY_METADATA.create_all(self._engine, tables=tables, checkfirst=True)
         except SQLAlchemyError as exc:  # two creators at once: the loser finds them there
@@ -214,6 +253,67 @@ class FleetSilenceBook:
         )
         return silence
 
+    def acknowledge(
+        self,
+        node_matchers: tuple[Matcher, ...],
+        matchers: tuple[Matcher, ...],
+        *,
+        created_by: str,
+        comment: str,
+        actor: str,
+        now: float,
+    ) -> FleetAck:
+        """Store a fleet acknowledgement and its audit row in one transaction."""
+        if not (*node_matchers, *matchers) or all(
+            m.matches(()) for m in (*node_matchers, *matchers)
+        ):
+            raise ValueError(
+                "a fleet acknowledgement needs a matcher that selects (it would acknowledge "
+                "every alert of the fleet)"
+            )
+        if not created_by.strip():
+            raise ValueError("an acknowledgement needs an author")
+        ack = FleetAck(str(uuid.uuid4()), node_matchers, matchers, created_by, comment, now)
+        texts = {
+            "node_matchers": [format_matcher(m) for m in node_matchers],
+            "matchers": [format_matcher(m) for m in matchers],
+        }
+        self._write(
+            [
+                insert(acks_table).values(
+                    id=ack.id,
+                    node_matchers=json.dumps(texts["node_matchers"]),
+                    matchers=json.dumps(texts["matchers"]),
+                    created_by=created_by,
+                    comment=comment,
+                    created_at=now,
+                ),
+                _audit(now, actor, "ack", ack.id, {**texts, "comment": comment}),
+            ]
+        )
+        return ack
+
+    def recent_acks(self, now: float) -> list[FleetAck]:
+        """The fleet acknowledgements of the last ``ACK_WINDOW`` (the heartbeat's pull)."""
+        self._ensure()
+        t = acks_table
+        stmt = select(t).where(t.c.created_at > now - ACK_WINDOW).order_by(t.c.created_at)
+        try:
+            with self._engine.connect() as conn:
+                return [
+                    FleetAck(
+                        r["id"],
+                        tuple(parse_matcher(m) for m in json.loads(r["node_matchers"])),
+                        tuple(parse_matcher(m) for m in json.loads(r["matchers"])),
+                        r["created_by"],
+                        r["comment"],
+                        r["created_at"],
+                    )
+                    for r in conn.execute(stmt).mappings()
+                ]
+        except SQLAlchemyError as exc:
+            raise RegistryError(f"cannot read the registry: {describe_error(exc)}") from None
+
     def expire(self, silence_id: str, *, actor: str, comment: str, now: float) -> FleetSilence:
         """End a fleet silence now; KeyError if there is none with that id."""
         current = self.get(silence_id)
@@ -258,7 +358,7 @@ class FleetSilenceBook:
                 rows = conn.execute(select(t).order_by(t.c.seq.desc()).limit(limit)).mappings()
                 return [
                     AuditEntry(
-                        r["at"], r["actor"], r["action"], r["silence_id"], json.loads(r["detail"])
+                        r["at"], r["actor"], r["action"], r["subject"], json.loads(r["detail"])
                     )
                     for r in rows
                 ]
@@ -294,9 +394,9 @@ def for_node(
     return [s.local() for s in silences if s.applies_to(node, labels)]
 
 
-def _audit(now: float, actor: str, action: str, silence_id: str, detail: Any) -> Any:
+def _audit(now: float, actor: str, action: str, subject: str, detail: Any) -> Any:
     return insert(audit_table).values(
-        at=now, actor=actor[:255], action=action, silence_id=silence_id, detail=json.dumps(detail)
+        at=now, actor=actor[:255], action=action, subject=subject, detail=json.dumps(detail)
     )
 
 

@@ -93,14 +93,26 @@ silences_table = Table(  # fleet silences: fleetd.registry.silences
     Index("ix_fleet_silences_ends", "ends_at"),
 )
 
+acks_table = Table(  # fleet acknowledgements: fleetd.registry.silences
+    "fleet_acks",
+    REGISTRY_METADATA,
+    Column("id", String(36), primary_key=True),
+    Column("node_matchers", Text, nullable=False),  # JSON list of matcher text
+    Column("matchers", Text, nullable=False),  # JSON list of matcher text
+    Column("created_by", String(255), nullable=False),
+    Column("comment", Text, nullable=False),
+    Column("created_at", Float(precision=53), nullable=False),
+    Index("ix_fleet_acks_created", "created_at"),
+)
+
 audit_table = Table(
-    "fleet_silence_audit",
+    "fleet_audit",
     REGISTRY_METADATA,
     Column("seq", Integer, primary_key=True, autoincrement=True),
     Column("at", Float(precision=53), nullable=False),
     Column("actor", String(255), nullable=False),
-    Column("action", String(16), nullable=False),  # add | expire
-    Column("silence_id", String(36), nullable=False),
+    Column("action", String(16), nullable=False),  # add | expire | ack
+    Column("subject", String(255), nullable=False),  # silence id, or ack id
     Column("detail", Text, nullable=False),  # JSON: matchers, ends_at, comment
 )
 

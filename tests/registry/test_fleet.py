@@ -125,11 +125,40 @@ def test_a_fleet_silence_reaches_the_nodes_it_names_within_one_heartbeat(
     assert all(m.silenced() == set() for m in fleet)
     audit, _ = run_fleetctl("silence", "audit", "--db", pg_url, "--json")
     entries = json.loads(audit.output)["audit"]
-    assert [(e["action"], e["silence_id"]) for e in entries] == [
+    assert [(e["action"], e["subject"]) for e in entries] == [
         ("expire", silence_id),
         ("add", silence_id),
     ]
     assert "@" in entries[0]["actor"] and entries[0]["detail"]["comment"] == "swap done"
+
+
+def test_a_fleet_acknowledgement_covers_the_episodes_firing_when_it_was_made(
+    fleet: list[Member], pg_url: str
+) -> None:
+    acked, _ = run_fleetctl(
+        "ack", "--fleet", "--db", pg_url, "-n", 'cluster="us2"', f'alertname="{ECC}"',
+        "-r", "on it, ticket 77",
+    )  # fmt: skip
+    assert acked.exit_code == 0, acked.output
+    assert all(m.beat() for m in fleet)
+    now = fleet[2].agent.clock.now()
+    states = [
+        {h.alert.rule: h.acknowledged for h in m.agent.dispatcher.alerts(now) if h.alert.firing}
+        for m in fleet
+    ]
+    assert [s[ECC] for s in states] == [False, False, True]
+    (ack,) = fleet[2].agent.dispatcher.acknowledgements()
+    assert ack.comment == "on it, ticket 77" and "(fleet " in ack.author
+    assert fleet[2].heartbeat.acknowledged_total == 1
+    assert all(m.beat() for m in fleet) and fleet[2].heartbeat.acknowledged_total == 1  # once
+    alerts, _ = run_fleetctl("alerts", "--db", pg_url, "--json")
+    by_node = {a["node"]: a["acknowledged"] for a in json.loads(alerts.output)["alerts"]}
+    assert by_node == {"gpu-node-001": False, "gpu-node-002": False, "gpu-node-003": True}
+    audit, _ = run_fleetctl("silence", "audit", "--db", pg_url, "--json")
+    (entry,) = json.loads(audit.output)["audit"]
+    assert entry["action"] == "ack" and entry["detail"]["node_matchers"] == ['cluster="us2"']
+    refused, _ = run_fleetctl("ack", "--fleet", "--db", pg_url, 'gpu=~".*"', "-r", "x")
+    assert refused.exit_code == 1 and "every alert of the fleet" in refused.output
 
 
 def test_an_invalid_matcher_is_refused_with_its_position(pg_url: str) -> None:

@@ -15,6 +15,8 @@ from fleetd.registry.drift import (
     partition_layout,
 )
 from fleetd.registry.silences import (
+    ACK_CLOCK_GRACE,
+    FleetAck,
     FleetSilence,
     MatcherError,
     check_silence,
@@ -113,3 +115,19 @@ def test_the_partition_layout_of_a_node() -> None:
     assert partition_layout([(0, "SPX", "NPS1"), (1, "SPX", "NPS1")]) == "SPX/NPS1"
     assert partition_layout([(0, "CPX", "NPS4"), (1, "SPX", None)]) == "CPX/NPS4|SPX/?"
     assert partition_layout([(0, None, None)]) is None
+
+
+def test_a_fleet_acknowledgement_covers_episodes_that_began_before_it() -> None:
+    ack = FleetAck(
+        "a1",
+        (parse_matcher('cluster="us2"'),),
+        (parse_matcher('alertname="GpuEccUncorrectableError"'),),
+        "bob",
+        "on it",
+        1000.0,
+    )
+    labels = (("alertname", "GpuEccUncorrectableError"), ("gpu", "3"))
+    assert ack.applies_to("n3", {"cluster": "us2"}) and not ack.applies_to("n1", {})
+    assert ack.covers(labels, 900.0) and ack.covers(labels, 1000.0 + ACK_CLOCK_GRACE)
+    assert not ack.covers(labels, 1000.0 + ACK_CLOCK_GRACE + 1)  # a later episode
+    assert not ack.covers((("alertname", "GpuMissing"),), 900.0)
