@@ -153,6 +153,9 @@ class RegistryHeartbeat:
                 )
             except KeyError:  # resolved meanwhile
                 continue
+            except Exception as exc:  # the local database down: tried again next beat
+                log.warning("fleet_ack_not_applied", fingerprint=alert.fingerprint, error=repr(exc))
+                continue
             self.acknowledged_total += 1
 
     def _check_drift(self, now: float) -> None:
