@@ -202,16 +202,17 @@ class RegistryReader:
         return rows[0][0] if rows else None
 
     def limits(self) -> FleetLimits | None:
-        """The fleet-wide cap and breaker, or None when remediation never used this database."""
+        """The fleet-wide cap and breaker (one query), or None when remediation never used
+        this database."""
         try:
-            out = self._query(f"SELECT coalesce(sum(gpus), 0) FROM {LEASES_TABLE}")
-            breaker = self._query(
-                f"SELECT tripped, reason FROM {BREAKER_TABLE} WHERE scope = ?", ("fleet",)
+            ((gpus, tripped, reason),) = self._query(
+                f"SELECT (SELECT coalesce(sum(gpus), 0) FROM {LEASES_TABLE}), b.tripped, b.reason"
+                f" FROM (SELECT 1 AS one) AS x LEFT JOIN {BREAKER_TABLE} AS b ON b.scope = ?",
+                ("fleet",),
             )
         except RegistryError:
             return None  # the tables are not there: remediation never used this database
-        tripped = bool(breaker[0][0]) if breaker else False
-        return FleetLimits(int(out[0][0] or 0), tripped, breaker[0][1] if tripped else None)
+        return FleetLimits(int(gpus or 0), bool(tripped), reason if tripped else None)
 
     def close(self) -> None:
         if self._conn is not None:

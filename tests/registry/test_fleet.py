@@ -109,7 +109,7 @@ def test_a_fleet_silence_reaches_the_nodes_it_names_within_one_heartbeat(
     assert silence_id in listed.output and 'cluster="eu1"' in listed.output
     # the firing alerts each agent published, from the registry in one query
     alerts, _ = run_fleetctl("alerts", "--db", pg_url)
-    assert alerts.exit_code == 1, alerts.output
+    assert alerts.exit_code == 0, alerts.output
     rows = [line.split() for line in alerts.output.splitlines() if ECC in line]
     assert sorted((r[0], "silenced" in r) for r in rows) == [
         ("gpu-node-001", True),
