@@ -574,6 +574,9 @@ class Daemon:
             address=address,
             versions=self._node_versions,
             cache_path=self.config.state_dir / FLEET_SILENCE_CACHE,
+            remediation_mode=(
+                self.remediation.set_fleet_mode if self.remediation is not None else None
+            ),
         )
         self.scheduler.add("heartbeat", self.beat, self.job_interval(registry.heartbeat_interval))
 

@@ -33,7 +33,9 @@ from fleetd.cli.fleetctl_fleet import (
     expire_fleet_silence,
     list_fleet_silences,
     registry_alerts,
+    set_wave,
     show_audit,
+    show_waves,
 )
 from fleetd.cli.fleetctl_http import Reply, Target, fan_out, request
 from fleetd.cli.fleetctl_render import Cell, Column, age, clock, number, render_table
@@ -563,6 +565,33 @@ def _simple_change(path: str, verb: str) -> Callable[..., None]:
         fleet.echo(f"{node}: {verb}")
 
     return command
+
+
+@remediation_group.command("mode")
+@click.argument("mode", type=click.Choice(["off", "dry-run", "on", "local"]))
+@click.option(
+    "--node-match",
+    "-n",
+    "node_matchers",
+    multiple=True,
+    help='The nodes of this wave, by labels and name (cluster="eu1", rack="r12"); repeat '
+    "for several; none: every node.",
+)
+@reason_option
+@fleet_options
+def remediation_mode(mode: str, node_matchers: tuple[str, ...], reason: str, **kw: Any) -> None:
+    """A wave: set the remediation MODE of the nodes the matchers accept, through the registry
+    (--db); agents take it at their next heartbeat. ``local``: back to each node's fleetd.yaml.
+    A node whose fleetd.yaml says ``off`` stays off."""
+    set_wave(_fleet(kw), node_matchers, mode, reason=reason, actor=actor())
+
+
+@remediation_group.command("waves")
+@click.option("--json", "as_json", is_flag=True)
+@fleet_options
+def remediation_waves(as_json: bool, **kw: Any) -> None:
+    """The remediation waves in the registry, and the mode each node runs by them."""
+    show_waves(_fleet(kw), as_json=as_json)
 
 
 @remediation_group.command("cancel")

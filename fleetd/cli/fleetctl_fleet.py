@@ -407,3 +407,104 @@ def drift_report(fleet: Fleet, tolerance: float, as_json: bool, show: int) -> No
             f"not judged: {stale} stale node(s), {silent} node(s) whose agent publishes no versions"
         )
     raise SystemExit(code)
+
+
+# ------------------------------------------------------------------------ remediation waves
+def set_wave(
+    fleet: Fleet, node_matchers: Sequence[str], mode: str, *, reason: str, actor: str
+) -> None:
+    """Store a wave (a bad matcher: refused with its position, exit 1) and say how many
+    registered nodes it names."""
+    from fleetd.registry.modes import FleetModeBook
+    from fleetd.registry.silences import MatcherError, parse_matchers
+
+    try:
+        nodes = parse_matchers(node_matchers, "node")
+    except MatcherError as exc:
+        raise Fail(f"refused: {exc}") from None
+    now = time.time()
+    try:
+        book = FleetModeBook(_need_db(fleet, "a remediation wave"), timeout=fleet.timeout)
+    except Exception as exc:  # a malformed URL, a missing driver
+        raise Unreachable(str(exc)) from None
+    try:
+        wave = _registry_call(
+            book.set, nodes, mode, created_by=actor, comment=reason, actor=actor, now=now
+        )
+    finally:
+        book.close()
+    where = " ".join(format_matchers(nodes)) or "every node"
+    try:
+        registry = read_fleet(fleet, now)
+    except Unreachable:  # no agent has published yet: the wave is stored all the same
+        count = "no node registered yet"
+    else:
+        named = sum(1 for n in registry if wave.applies_to(n.summary.node, dict(n.summary.labels)))
+        count = f"{named} of {len(registry)} registered nodes"
+    fleet.echo(
+        f"wave {wave.id}: remediation {mode} on {where} ({count}); "
+        "agents take it at their next heartbeat"
+    )
+
+
+def format_matchers(matchers: Sequence[Any]) -> list[str]:
+    from fleetd.alert.matchers import format_matcher
+
+    return [format_matcher(m) for m in matchers]
+
+
+WAVE_COLUMNS = (Column("SET"), Column("BY"), Column("NODES"), Column("MODE"), Column("COMMENT"))
+
+
+def show_waves(fleet: Fleet, *, as_json: bool) -> None:
+    """The waves, oldest first, and how many nodes run each mode by them (two queries)."""
+    from fleetd.registry.modes import FleetModeBook, mode_for
+
+    now = time.time()
+    registry = read_fleet(fleet, now)
+    try:
+        book = FleetModeBook(_need_db(fleet, "a remediation wave"), timeout=fleet.timeout)
+    except Exception as exc:
+        raise Unreachable(str(exc)) from None
+    try:
+        waves = _registry_call(book.all)
+    finally:
+        book.close()
+    by_mode: dict[str, int] = {}
+    for n in registry:
+        mode = mode_for(waves, n.summary.node, dict(n.summary.labels)) or "local"
+        by_mode[mode] = by_mode.get(mode, 0) + 1
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "waves": [
+                        {
+                            "id": w.id,
+                            "node_matchers": format_matchers(w.node_matchers),
+                            "mode": w.mode,
+                            "created_by": w.created_by,
+                            "comment": w.comment,
+                            "created_at": w.created_at,
+                        }
+                        for w in waves
+                    ],
+                    "nodes_by_mode": by_mode,
+                },
+                indent=2,
+            )
+        )
+        return
+    rows = [
+        [
+            Cell(clock(w.created_at)),
+            Cell(w.created_by),
+            Cell(" ".join(format_matchers(w.node_matchers)) or "(all)"),
+            Cell(w.mode, "bold" if w.mode == "on" else None),
+            Cell(w.comment),
+        ]
+        for w in waves
+    ]
+    fleet.echo(render_table(WAVE_COLUMNS, rows, fleet.painter))
+    summary = ", ".join(f"{mode}: {count}" for mode, count in sorted(by_mode.items()))
+    fleet.echo(f"registered nodes by wave mode: {summary or 'none'} (local: their fleetd.yaml)")

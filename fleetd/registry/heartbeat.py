@@ -5,7 +5,8 @@ Built once by the daemon when ``registry.url`` is set, and called every
 
 1. reads the fleet silences not yet ended and hands the ones naming this node to the
    dispatcher (and to a small cache file, so a restart while the registry is down keeps them);
-   then acknowledges the firing alerts a recent fleet acknowledgement covers;
+   then acknowledges the firing alerts a recent fleet acknowledgement covers, and takes the
+   remediation mode of the newest wave naming this node (``fleetd.registry.modes``);
 2. publishes the node's status row (with its versions and firing alerts);
 3. reads how many nodes of its SKU run each version, and exports ``fleetd_version_drift``.
 
@@ -32,6 +33,7 @@ from fleetd.logs import get_logger
 from fleetd.model import Reading, make_labels
 from fleetd.registry.config import RegistryConfig
 from fleetd.registry.drift import COMPONENTS, NodeVersions, drifts, majority
+from fleetd.registry.modes import FleetModeBook, mode_for
 from fleetd.registry.reader import RegistryError, describe_error
 from fleetd.registry.silences import FleetSilenceBook, for_node
 from fleetd.registry.store import RegistryPublisher
@@ -61,6 +63,7 @@ class RegistryHeartbeat:
         address: str,
         versions: Callable[[], NodeVersions] | None = None,
         cache_path: Path | None = None,
+        remediation_mode: Callable[[str | None], None] | None = None,
     ) -> None:
         if config.url is None:
             raise ValueError("the registry heartbeat needs registry.url")
@@ -68,10 +71,13 @@ class RegistryHeartbeat:
         self._services = services
         self._versions = versions
         self._cache_path = cache_path
+        self._set_mode = remediation_mode
+        self.fleet_mode: str | None = None  # the mode the newest applicable wave sets
         self._publisher = RegistryPublisher(
             config.url.reveal(), address=config.address or address, timeout=config.timeout
         )
         self._book = FleetSilenceBook("", engine=self._publisher.engine)
+        self._modes = FleetModeBook("", engine=self._publisher.engine)
         self.published_total = 0
         self.failures_total = 0
         self.acknowledged_total = 0  # alerts acknowledged here by fleet acknowledgements
@@ -86,7 +92,14 @@ class RegistryHeartbeat:
         The fleet silences are read first, so the alerts published show them muted; a step
         that fails is logged and counted, and the others still run."""
         errors = []
-        for step in (self._pull_silences, self._pull_acks, self._publish, self._check_drift):
+        steps = (
+            self._pull_silences,
+            self._pull_acks,
+            self._pull_mode,
+            self._publish,
+            self._check_drift,
+        )
+        for step in steps:
             try:
                 step(now)
             except Exception as exc:  # e.g. the fleet lease, in the same database, unreadable
@@ -157,6 +170,16 @@ class RegistryHeartbeat:
                 log.warning("fleet_ack_not_applied", fingerprint=alert.fingerprint, error=repr(exc))
                 continue
             self.acknowledged_total += 1
+
+    def _pull_mode(self, now: float) -> None:
+        """The remediation mode of the newest wave naming this node (None: fleetd.yaml's)."""
+        if self._set_mode is None:
+            return
+        mode = mode_for(self._modes.all(), self._services.node, self._services.labels)
+        if mode != self.fleet_mode:
+            log.info("fleet_remediation_mode", mode=mode or "local")
+        self.fleet_mode = mode
+        self._set_mode(mode)
 
     def _check_drift(self, now: float) -> None:
         versions = self._versions() if self._versions is not None else None
@@ -245,4 +268,5 @@ class RegistryHeartbeat:
 
     def close(self) -> None:
         self._book.close()
+        self._modes.close()
         self._publisher.close()

@@ -105,13 +105,24 @@ acks_table = Table(  # fleet acknowledgements: fleetd.registry.silences
     Index("ix_fleet_acks_created", "created_at"),
 )
 
+modes_table = Table(  # remediation modes per label group (waves): fleetd.registry.modes
+    "fleet_remediation_modes",
+    REGISTRY_METADATA,
+    Column("id", String(36), primary_key=True),
+    Column("node_matchers", Text, nullable=False),  # JSON list of matcher text
+    Column("mode", String(16), nullable=False),  # off | dry-run | on | local
+    Column("created_by", String(255), nullable=False),
+    Column("comment", Text, nullable=False),
+    Column("created_at", Float(precision=53), nullable=False),
+)
+
 audit_table = Table(
     "fleet_audit",
     REGISTRY_METADATA,
     Column("seq", Integer, primary_key=True, autoincrement=True),
     Column("at", Float(precision=53), nullable=False),
     Column("actor", String(255), nullable=False),
-    Column("action", String(16), nullable=False),  # add | expire | ack
+    Column("action", String(16), nullable=False),  # add | expire | ack | mode
     Column("subject", String(255), nullable=False),  # silence id, or ack id
     Column("detail", Text, nullable=False),  # JSON: matchers, ends_at, comment
 )
