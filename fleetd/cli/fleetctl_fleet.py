@@ -442,7 +442,7 @@ def set_wave(
         named = sum(1 for n in registry if wave.applies_to(n.summary.node, dict(n.summary.labels)))
         count = f"{named} of {len(registry)} registered nodes"
     fleet.echo(
-        f"wave {wave.id}: remediation {mode} on {where} ({count}); "
+        f"wave {wave.id}: remediation mode {mode} for {where} ({count}); "
         "agents take it at their next heartbeat"
     )
 

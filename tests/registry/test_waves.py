@@ -75,7 +75,7 @@ def test_a_rollout_in_two_waves(nodes: list[tuple[Agent, RegistryHeartbeat]], pg
         "remediation", "mode", "on", "-n", 'rack="r2"', "--db", pg_url, "-r", "wave 1: one rack"
     )
     assert first.exit_code == 0, first.output
-    assert 'on rack="r2" (1 of 3 registered nodes)' in first.output
+    assert 'mode on for rack="r2" (1 of 3 registered nodes)' in first.output
     assert modes(nodes) == ["dry-run", "on", "dry-run"]
     second, _ = run_fleetctl(
         "remediation", "mode", "on", "-n", 'cluster="eu1"', "--db", pg_url, "-r", "wave 2: eu1"
