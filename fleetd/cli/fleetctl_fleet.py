@@ -348,13 +348,19 @@ DRIFT_COLUMNS = (
 def drift_report(fleet: Fleet, tolerance: float, as_json: bool, show: int) -> None:
     """SKU groups and their minority versions from one query; exit 1 when there is drift."""
     from fleetd.registry.drift import fleet_drift
+    from fleetd.registry.reader import RegistryError, RegistryReader
 
-    now = time.time()
-    nodes = read_fleet(fleet, now)
-    fresh = [(n.summary.node, n.versions) for n in nodes if not n.stale and n.versions]
-    stale = sum(1 for n in nodes if n.stale)
-    silent = sum(1 for n in nodes if not n.stale and n.versions is None)
-    groups, minorities = fleet_drift(((node, v) for node, v in fresh if v is not None), tolerance)
+    reader = RegistryReader(_need_db(fleet, "drift"), timeout=fleet.timeout)
+    try:
+        nodes = reader.versions(time.time(), stale_after=fleet.stale_after)
+    except RegistryError as exc:
+        raise Unreachable(str(exc)) from None
+    finally:
+        reader.close()
+    fresh = [(node, v) for node, v, stale in nodes if not stale and v is not None]
+    stale = sum(1 for _, _, is_stale in nodes if is_stale)
+    silent = sum(1 for _, v, is_stale in nodes if not is_stale and v is None)
+    groups, minorities = fleet_drift(fresh, tolerance)
     code = EXIT_UNHEALTHY if minorities else EXIT_OK
     if as_json:
         click.echo(

@@ -62,7 +62,13 @@ class RegistryNode:
     heartbeat_age_s: float
     stale: bool
     versions: NodeVersions | None = None  # None: an agent from before drift detection
-    alerts: tuple[Mapping[str, Any], ...] | None = None  # firing; None: not published
+    alerts_json: str | None = None  # the firing alerts as published; None: not published
+
+    @property
+    def alerts(self) -> tuple[Mapping[str, Any], ...] | None:
+        """The firing alerts the agent published (parsed when asked: ``status`` never needs
+        them), or None when its agent does not publish them."""
+        return None if self.alerts_json is None else tuple(json.loads(self.alerts_json))
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +188,6 @@ class RegistryReader:
                 gpus_in_service=r.get("gpus_in_service"),
                 labels=tuple(sorted(json.loads(r.get("labels") or "{}").items())),
             )
-            firing = r.get("alerts_firing")
             out.append(
                 RegistryNode(
                     summary,
@@ -191,9 +196,24 @@ class RegistryReader:
                     age,
                     age > stale_after,
                     _versions(r),
-                    None if firing is None else tuple(json.loads(firing)),
+                    r.get("alerts_firing"),
                 )
             )
+        return out
+
+    def versions(
+        self, now: float, *, stale_after: float
+    ) -> list[tuple[str, NodeVersions | None, bool]]:
+        """(node, versions, stale) of every node, from one query (``fleetctl drift``); a
+        table from before drift detection reads as no versions."""
+        names, rows = self._query_named(f"SELECT * FROM {NODES_TABLE} ORDER BY node")
+        at = {name: i for i, name in enumerate(names)}
+        node, beat = at["node"], at["heartbeat_at"]
+        columns = [(c, at[c]) for c in ("sku", *COMPONENTS.values()) if c in at]
+        out = []
+        for values in rows:
+            r = {c: values[i] for c, i in columns}
+            out.append((values[node], _versions(r), now - values[beat] > stale_after))
         return out
 
     def address_of(self, node: str) -> str | None:
