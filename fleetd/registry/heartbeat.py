@@ -83,6 +83,7 @@ class RegistryHeartbeat:
         self.acknowledged_total = 0  # alerts acknowledged here by fleet acknowledgements
         self.last_error: str | None = None
         self._drift: list[Reading] = []
+        self._drift_checked_at = float("-inf")
         self._fleet_silences: tuple[Silence, ...] = ()
         self._restore_cache(services.clock.now())
 
@@ -182,6 +183,8 @@ class RegistryHeartbeat:
         self._set_mode(mode)
 
     def _check_drift(self, now: float) -> None:
+        if now - self._drift_checked_at < self._config.drift_check_interval:
+            return
         versions = self._versions() if self._versions is not None else None
         if versions is None or versions.sku is None:
             self._drift = []
@@ -197,6 +200,7 @@ class RegistryHeartbeat:
             labels = make_labels({"item": component, "version": value, "majority": top})
             out.append(Reading("fleetd_version_drift", labels, 1.0 if drifted else 0.0, now))
         self._drift = out
+        self._drift_checked_at = now
 
     # ---- what the daemon reads ---------------------------------------------------------
     def readings(self, now: float) -> list[Reading]:

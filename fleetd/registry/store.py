@@ -36,10 +36,13 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
+from fleetd.logs import get_logger
 from fleetd.registry.drift import COMPONENTS, NodeVersions
 from fleetd.registry.reader import RegistryError, describe_error
 from fleetd.registry.summary import NodeSummary, summarize
 from fleetd.store.db import engine_url
+
+log = get_logger("registry")
 
 REGISTRY_METADATA = MetaData()
 
@@ -168,7 +171,18 @@ class RegistryPublisher:
                     f"cannot create the registry table: {describe_error(exc)}"
                 ) from None
         self._add_missing_columns()
+        self._add_missing_indexes()
         self._ready = True
+
+    def _add_missing_indexes(self) -> None:
+        """Indexes a newer fleetd declares on a table an older one created (``sku``, which
+        each heartbeat's drift query selects by). Best effort: without the privilege the
+        queries are slower, never wrong."""
+        for index in nodes_table.indexes:
+            try:
+                index.create(self._engine, checkfirst=True)
+            except SQLAlchemyError as exc:
+                log.info("registry_index_not_created", index=index.name, error=describe_error(exc))
 
     def _add_missing_columns(self) -> None:
         """Columns a newer fleetd added to a table an older one created (all nullable, so

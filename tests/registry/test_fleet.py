@@ -56,7 +56,8 @@ def versions(driver: str) -> NodeVersions:
 def heartbeat(
     member_agent: Agent, url: str, tmp: Path, drivers: dict[str, str]
 ) -> RegistryHeartbeat:
-    config = RegistryConfig.model_validate({"url": url, "timeout": 1})
+    # the drift check at every beat (by default every 5 minutes)
+    config = RegistryConfig.model_validate({"url": url, "timeout": 1, "drift_check_interval": 0})
     name = member_agent.name
     return RegistryHeartbeat(
         config,
@@ -242,6 +243,8 @@ def test_drift_is_listed_by_fleetctl_and_raised_on_the_odd_node(
 ) -> None:
     for _ in range(2):  # the first beats publish; the second ones read the group back
         assert all(m.beat() for m in fleet)
+    every_5m = RegistryConfig.model_validate({"url": pg_url})
+    assert every_5m.drift_check_interval == 300
     odd = fleet[2]
     drift = {
         dict(r.labels)["item"]: r.value
