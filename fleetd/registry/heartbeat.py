@@ -91,7 +91,8 @@ class RegistryHeartbeat:
         """Read back and publish once; True when the registry answered every step.
 
         The fleet silences are read first, so the alerts published show them muted; a step
-        that fails is logged and counted, and the others still run."""
+        that fails is logged and counted, and the others still run — unless the database
+        did not answer at all (then each would wait its own connect timeout)."""
         errors = []
         steps = (
             self._pull_silences,
@@ -105,6 +106,8 @@ class RegistryHeartbeat:
                 step(now)
             except Exception as exc:  # e.g. the fleet lease, in the same database, unreadable
                 errors.append(str(exc) if isinstance(exc, RegistryError) else describe_error(exc))
+                if "OperationalError" in errors[-1]:  # unreachable, refused, timed out
+                    break
         if errors:
             error = errors[0]
             self.failures_total += 1
@@ -118,7 +121,7 @@ class RegistryHeartbeat:
         self.published_total += 1
         return True
 
-    # ---- the three steps ---------------------------------------------------------------
+    # ---- the steps ---------------------------------------------------------------------
     def _publish(self, now: float) -> None:
         status = node_status(self._services, now)
         on = [
