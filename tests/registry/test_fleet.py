@@ -78,7 +78,13 @@ def fleet(tmp_path: Path, pg_url: str) -> Iterator[list[Member]]:
     members = []
     try:
         for name, labels in LABELS.items():
-            agent = start_agent(tmp_path / name, name=name, clock=FakeClock(start), labels=labels)
+            agent = start_agent(  # no remediation: its dry-run runs are not the subject here
+                tmp_path / name,
+                name=name,
+                clock=FakeClock(start),
+                labels=labels,
+                with_remediation=False,
+            )
             members.append(
                 Member(agent, heartbeat(agent, pg_url, tmp_path, drivers), versions(drivers[name]))
             )
