@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import requests
 from sqlalchemy import create_engine, text
 
 from fleetd.clock import FakeClock
@@ -122,6 +123,9 @@ def test_a_fleet_silence_reaches_the_nodes_it_names_within_one_heartbeat(
     assert [m.silenced() for m in fleet] == [{ECC}, {ECC}, set()], state
     (local,) = fleet[0].agent.dispatcher.fleet_silences()
     assert local.id == f"fleet:{silence_id}" and local.created_by == "alice"
+    # the node lists it with its own silences (fleetctl silence list NODE, the API)
+    listed_on_node = requests.get(fleet[0].agent.url + "/api/v1/silences", timeout=10).json()
+    assert [s["id"] for s in listed_on_node["silences"]] == [f"fleet:{silence_id}"]
 
     listed, _ = run_fleetctl("silence", "list", "--fleet", "--db", pg_url)
     assert silence_id in listed.output and 'cluster="eu1"' in listed.output
