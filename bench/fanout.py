@@ -5,7 +5,14 @@
    ``fleetctl status --inventory`` (a real process, from interpreter start to exit) asks
    all of them. Target: ≤ 3 s.
 2. 10,000 nodes in the fleet registry on the local PostgreSQL (a private schema, dropped
-   afterwards); ``fleetctl status --db`` reads them. Target: ≤ 1 s.
+   afterwards), each row with its versions (MI355X and MI300X groups, 0.5 % of nodes on an
+   older driver) and its firing alerts (1 % of nodes with one): ``fleetctl status --db``,
+   ``fleetctl drift --db`` and ``fleetctl alerts --db`` read them, one query each.
+   Target: ≤ 1 s each.
+3. Fleet-silence propagation on that registry: ``fleetctl silence add --fleet`` (a real
+   process), then an agent's heartbeat pull (the query and the node-matcher filter, among
+   50 other live fleet silences) until it holds the silence. An agent pulls once per
+   ``registry.heartbeat_interval`` (15 s by default), so the worst case adds one interval.
 
 Prints ONE JSON line: wall seconds of each (median of --runs), node counts, and whether each
 run saw every node.
@@ -198,11 +205,94 @@ def bench_fanout(count: int, runs: int, timeout: float) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------ registry
+def registry_rows(count: int, now: float) -> list[dict[str, Any]]:
+    """Registry rows as agents publish them, with versions and a few firing alerts."""
+    from fleetd.registry.drift import NodeVersions
+    from fleetd.registry.store import summary_row, version_columns
+    from fleetd.registry.summary import summarize
+
+    rows = []
+    for index in range(count):
+        node = f"gpu-node-{index + 1:05d}"
+        status = status_document(node, now, index)
+        row = summary_row(summarize(status), now - 5, f"http://{node}:9477")
+        sku = "MI300X" if index % 4 == 0 else "MI355X"
+        driver = "6.12.1" if index % 200 == 7 else "6.14.14"
+        versions = NodeVersions(sku, driver, "7.0.2/26.1.0", "022.050.000.011", None, "0.1.0")
+        row.update(version_columns(versions))
+        row["labels"] = json.dumps({"cluster": f"c{index % 10}", "rack": f"r{index % 500:03d}"})
+        firing = []
+        if index % 100 == 3:
+            firing.append(
+                {"rule": "GpuEccCorrectableErrorRate", "severity": "warning", "gpu": 3,
+                 "since": now - 300, "value": 2.5, "summary": "ECC errors", "silenced": False,
+                 "acknowledged": False, "fingerprint": f"{index:016x}"}
+            )  # fmt: skip
+        row["alerts_firing"] = json.dumps(firing)
+        rows.append(row)
+    return rows
+
+
+def timed(args: list[str], runs: int, ok: Any) -> dict[str, Any]:
+    """Median wall of ``fleetctl args`` over ``runs``, and whether every run was right."""
+    walls, complete = [], True
+    for _ in range(runs):
+        wall, done = fleetctl(args)
+        walls.append(wall)
+        try:
+            complete = complete and bool(ok(done))
+        except (ValueError, KeyError):
+            complete = False
+    return {"seconds": statistics.median(walls), "all_runs": walls, "complete": complete}
+
+
+def bench_silence(url: str, runs: int, now: float) -> dict[str, Any]:
+    """fleetctl adds a fleet silence; one agent's heartbeat pull then holds it."""
+    from fleetd.registry.silences import FleetSilenceBook, for_node, parse_matchers
+
+    book = FleetSilenceBook(url)
+    try:
+        for i in range(50):  # other live fleet silences the pull reads too
+            book.add(
+                parse_matchers([f'rack="r{i:03d}"'], "node"),
+                (),
+                starts_at=now,
+                ends_at=now + 3600,
+                created_by="bench",
+                comment="other",
+                actor="bench",
+                now=now,
+            )
+        labels = {"cluster": "c3", "rack": "r003"}
+        propagation, adds, pulls, complete = [], [], [], True
+        for run in range(runs):
+            started = time.perf_counter()
+            add_wall, done = fleetctl(
+                ["silence", "add", "--fleet", "--db", url, "-n", 'cluster="c3"',
+                 f'alertname="Bench{run}"', "-r", "bench", "--duration", "1h"]
+            )  # fmt: skip
+            pulled = time.perf_counter()
+            held = for_node(book.current(time.time()), "gpu-node-00004", labels)
+            end = time.perf_counter()
+            complete = complete and done.returncode == 0
+            complete = complete and any(f"Bench{run}" in repr(s.matchers) for s in held)
+            propagation.append(end - started)
+            adds.append(add_wall)
+            pulls.append(end - pulled)
+    finally:
+        book.close()
+    return {
+        "seconds": statistics.median(propagation),
+        "add_s": statistics.median(adds),
+        "pull_s": statistics.median(pulls),
+        "complete": complete,
+    }
+
+
 def bench_registry(count: int, runs: int) -> dict[str, Any]:
     from sqlalchemy import create_engine, text
 
-    from fleetd.registry.store import REGISTRY_METADATA, nodes_table, summary_row
-    from fleetd.registry.summary import summarize
+    from fleetd.registry.store import REGISTRY_METADATA, nodes_table
 
     schema = f"bench_{uuid.uuid4().hex[:12]}"
     admin = create_engine(PG_BASE_URL)
@@ -213,20 +303,31 @@ def bench_registry(count: int, runs: int) -> dict[str, Any]:
     try:
         REGISTRY_METADATA.create_all(engine)
         now = time.time()
-        rows = []
-        for index in range(count):
-            node = f"gpu-node-{index + 1:05d}"
-            status = status_document(node, now, index)
-            rows.append(summary_row(summarize(status), now - 5, f"http://{node}:9477"))
         with engine.begin() as conn:
-            conn.execute(nodes_table.insert(), rows)
-        walls, complete = [], True
-        for _ in range(runs):
-            wall, done = fleetctl(["status", "--db", url])
-            walls.append(wall)
-            complete = complete and done.returncode == 0
-            complete = complete and f"{count} nodes: {count} healthy" in done.stdout
-        return {"seconds": statistics.median(walls), "all_runs": walls, "complete": complete}
+            conn.execute(nodes_table.insert(), registry_rows(count, now))
+        minority = sum(1 for i in range(count) if i % 200 == 7)
+        firing = sum(1 for i in range(count) if i % 100 == 3)
+        return {
+            "status": timed(
+                ["status", "--db", url],
+                runs,
+                lambda d: d.returncode == 0 and f"{count} nodes: {count} healthy" in d.stdout,
+            ),
+            "drift": timed(
+                ["drift", "--db", url, "--json"],
+                runs,
+                lambda d: (
+                    d.returncode == 1
+                    and sum(len(m["nodes"]) for m in json.loads(d.stdout)["drift"]) == minority
+                ),
+            ),
+            "alerts": timed(
+                ["alerts", "--db", url, "--json"],
+                runs,
+                lambda d: d.returncode == 0 and len(json.loads(d.stdout)["alerts"]) == firing,
+            ),
+            "silence": bench_silence(url, runs, now),
+        }
     finally:
         engine.dispose()
         with admin.begin() as conn:
@@ -241,24 +342,43 @@ def main() -> None:
     parser.add_argument("--registry-nodes", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=3.0)
+    parser.add_argument("--heartbeat-interval", type=float, default=15.0)
+    parser.add_argument("--skip-fanout", action="store_true", help="Only the registry part.")
     args = parser.parse_args()
     if args.serve is not None:
         serve(args.serve)
         return
-    fanout = bench_fanout(args.agents, args.runs, args.timeout)
+    fanout = (
+        {"seconds": None, "complete": None}
+        if args.skip_fanout
+        else bench_fanout(args.agents, args.runs, args.timeout)
+    )
     registry = bench_registry(args.registry_nodes, args.runs)
     print(
         json.dumps(
             {
                 "bench": "fanout",
                 "fanout_agents": args.agents,
-                "fanout_wall_s": round(fanout["seconds"], 3),
+                "fanout_wall_s": None if fanout["seconds"] is None else round(fanout["seconds"], 3),
                 "fanout_complete": fanout["complete"],
                 "fanout_target_s": 3.0,
                 "registry_nodes": args.registry_nodes,
-                "registry_wall_s": round(registry["seconds"], 3),
-                "registry_complete": registry["complete"],
+                "registry_wall_s": round(registry["status"]["seconds"], 3),
+                "registry_complete": registry["status"]["complete"],
                 "registry_target_s": 1.0,
+                "drift_wall_s": round(registry["drift"]["seconds"], 3),
+                "drift_complete": registry["drift"]["complete"],
+                "drift_target_s": 1.0,
+                "registry_alerts_wall_s": round(registry["alerts"]["seconds"], 3),
+                "registry_alerts_complete": registry["alerts"]["complete"],
+                "silence_propagation_s": round(registry["silence"]["seconds"], 3),
+                "silence_add_s": round(registry["silence"]["add_s"], 3),
+                "silence_pull_s": round(registry["silence"]["pull_s"], 4),
+                "silence_complete": registry["silence"]["complete"],
+                "silence_propagation_worst_s": round(
+                    registry["silence"]["seconds"] + args.heartbeat_interval, 3
+                ),
+                "heartbeat_interval_s": args.heartbeat_interval,
                 "runs": args.runs,
             }
         )

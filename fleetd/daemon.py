@@ -43,7 +43,7 @@ from fleetd.collect.poller import Poller
 from fleetd.collect.rediscovery import REDISCOVER_INTERVAL_S, REDISCOVER_PERIOD_S, Rediscovery
 from fleetd.collect.serial import PollSafeBackend, SerialPoller
 from fleetd.config import FleetdConfig, absent_gpus, load_config
-from fleetd.doctor import GPU_CATALOG, preflight
+from fleetd.doctor import GPU_CATALOG, partition_modes, preflight
 from fleetd.errors import ConfigError, Problem
 from fleetd.events_wiring import EventWiring
 from fleetd.gpu_wiring import SimContext, carry_over_uuids, open_backend
@@ -52,6 +52,7 @@ from fleetd.jobs import JobRunner
 from fleetd.logs import get_logger
 from fleetd.model import Reading, Snapshot, Transition
 from fleetd.polltiming import PollTiming
+from fleetd.registry.drift import NodeVersions, node_versions, partition_layout
 from fleetd.registry.heartbeat import RegistryHeartbeat, default_address
 from fleetd.reload import apply_reload, reload_logged
 from fleetd.remedy.events import ChangeSink
@@ -75,6 +76,7 @@ from fleetd.vllm.peers import PeerComparison
 
 log = get_logger("daemon")
 
+FLEET_SILENCE_CACHE = "fleet-silences.json"  # the fleet silences last read, across restarts
 CLOCK_CHECK_INTERVAL_S = 1.0
 __all__ = ["REDISCOVER_INTERVAL_S", "REDISCOVER_PERIOD_S", "Daemon", "SimContext", "open_backend"]
 
@@ -109,6 +111,7 @@ class Daemon:
         self.remediation_observer = remediation_observer
         self.schedule_jobs = schedule_jobs  # tests drive the jobs by hand on a fake clock
         self.heartbeat: RegistryHeartbeat | None = None
+        self._partition: tuple[tuple[str, ...], str | None] | None = None  # GPUs → layout
         self._stop = threading.Event()
         self._reload_requested = threading.Event()
         self._reload_lock = threading.Lock()
@@ -246,6 +249,7 @@ class Daemon:
             memory=self.memory,
             dispatcher=self.dispatcher,
             remediation=remedy,
+            fleet=self._fleet_readings,
         )
         self.events = EventWiring.build(self)
         self._serve_http()
@@ -587,8 +591,33 @@ class Daemon:
             return
         tls = self.config.http.tls_cert is not None
         address = default_address(self.config.node.name, self.config.http.port, tls=tls)
-        self.heartbeat = RegistryHeartbeat(registry, self.services, address=address)
+        self.heartbeat = RegistryHeartbeat(
+            registry,
+            self.services,
+            address=address,
+            versions=self._node_versions,
+            cache_path=self.config.state_dir / FLEET_SILENCE_CACHE,
+            remediation_mode=(
+                self.remediation.set_fleet_mode if self.remediation is not None else None
+            ),
+        )
         self.scheduler.add("heartbeat", self.beat, self.job_interval(registry.heartbeat_interval))
+
+    def _node_versions(self) -> NodeVersions:
+        """What this node runs, for drift; the partition modes are read again only when the
+        GPUs were enumerated anew (a re-partition reloads the driver)."""
+        abi = self.backend.abi
+        amdsmi = "/".join(v for v in (abi.package, abi.library) if v) or None
+        gpus = self.backend.gpus()
+        key = tuple(g.uuid for g in gpus)
+        if self._partition is None or self._partition[0] != key:
+            with self.poller.lock:  # amdsmi calls outside a poll take the poll's lock
+                modes = partition_modes(self.backend)
+            self._partition = (key, partition_layout(modes))
+        return node_versions(gpus, amdsmi=amdsmi, fleetd=__version__, partition=self._partition[1])
+
+    def _fleet_readings(self, now: float) -> list[Reading]:
+        return self.heartbeat.readings(now) if self.heartbeat is not None else []
 
     def beat(self) -> None:
         if self.heartbeat is not None:

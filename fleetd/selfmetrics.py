@@ -34,6 +34,7 @@ class SelfMetrics:
         memory: MemoryWindow,
         dispatcher: Dispatcher,
         remediation: Remediation | None,
+        fleet: Callable[[float], list[Reading]] | None = None,
     ) -> None:
         self._exporter = exporter
         self._engine = engine
@@ -42,6 +43,7 @@ class SelfMetrics:
         self._memory = memory
         self._dispatcher = dispatcher
         self._remediation = remediation
+        self._fleet = fleet  # the registry heartbeat's readings (drift, fleet silences)
 
     def publish(self, now: float) -> list[Reading]:
         """Export every group. Health and storage state also go into the memory window
@@ -50,7 +52,10 @@ class SelfMetrics:
         health = rule_readings(self._engine, now)
         storage = store_readings(self._store.stats(), now)
         coverage = self._coverage.readings(self._engine.rules, now)
-        self._memory.append([*health, *storage, *coverage])
+        fleet = self._fleet(now) if self._fleet is not None else []
+        self._memory.append([*health, *storage, *coverage, *fleet])
+        if self._fleet is not None:
+            self._exporter.update_group("fleet", fleet)
         self._exporter.update_group("rules", health)
         self._exporter.update_group("store", storage)
         self._exporter.update_group("coverage", coverage)

@@ -146,6 +146,7 @@ class Dispatcher:
         self._deferred: list[Write] = []  # writes waiting for it, in order
         self._memory = MemoryOutbox()
         self._next_reconcile = float("-inf")
+        self._fleet_silences: tuple[Silence, ...] = ()  # from the registry's heartbeat
         self._configure(config)
         self._restore(now)
         self._fail_orphaned(now)
@@ -492,7 +493,7 @@ class Dispatcher:
         self._silence_store.forget_acknowledgements(over)
 
     def _muted(self, alert: AlertRecord, inhibitions: Inhibitions, now: float) -> bool:
-        if any(silence.mutes(alert.labels, now) for silence in self._silences):
+        if any(silence.mutes(alert.labels, now) for silence in self._every_silence()):
             return True
         return inhibitions.muted_by(alert) is not None
 
@@ -553,10 +554,30 @@ class Dispatcher:
         return silence
 
     def list_silences(self, now: float, state: SilenceState | None = None) -> list[Silence]:
-        return self._silence_store.all(now, state)
+        """This node's silences, then the fleet silences it applies (ids ``fleet:…``)."""
+        fleet = [s for s in self._fleet_silences if state is None or s.state(now) == state]
+        return [*self._silence_store.all(now, state), *fleet]
 
     def get_silence(self, silence_id: str) -> Silence | None:
+        for silence in self._fleet_silences:
+            if silence.id == silence_id:
+                return silence
         return self._silence_store.get(silence_id)
+
+    def set_fleet_silences(self, silences: Sequence[Silence]) -> None:
+        """The fleet silences that name this node, as the registry heartbeat last read them.
+
+        They replace the previous set whole; the heartbeat never calls this when the
+        registry could not be read, so an agent cut off keeps the last set, each silence
+        ending at its own ``ends_at``."""
+        with self._lock:
+            self._fleet_silences = tuple(silences)
+
+    def fleet_silences(self) -> tuple[Silence, ...]:
+        return self._fleet_silences
+
+    def _every_silence(self) -> tuple[Silence, ...]:
+        return (*self._silences, *self._fleet_silences)
 
     def expire_silence(self, silence_id: str, now: float) -> Silence:
         """End a silence now; KeyError if there is no such silence."""
@@ -618,7 +639,7 @@ class Dispatcher:
             out: list[HeldAlert] = []
             for alert in held:
                 inhibited = inhibitions.muted_by(alert)
-                silenced = tuple(s.id for s in self._silences if s.mutes(alert.labels, now))
+                silenced = tuple(s.id for s in self._every_silence() if s.mutes(alert.labels, now))
                 out.append(
                     HeldAlert(
                         alert,
@@ -649,7 +670,9 @@ class Dispatcher:
                 "node": self._node,
                 "alerts": {"firing": firing, "resolved": len(self._book.alerts) - firing},
                 "groups": len(self._book.groups),
-                "silences_active": sum(1 for s in self._silences if s.state(now) == "active"),
+                "silences_active": sum(
+                    1 for s in self._every_silence() if s.state(now) == "active"
+                ),
                 "outbox_pending": sum(depth for depth, _ in pending.values()),
                 "integrations": integrations,
             }

@@ -26,6 +26,17 @@ from fleetd.cli.fleetctl_context import (
     fleet_options,
     make_fleet,
 )
+from fleetd.cli.fleetctl_fleet import (
+    ack_fleet,
+    add_fleet_silence,
+    drift_report,
+    expire_fleet_silence,
+    list_fleet_silences,
+    registry_alerts,
+    set_wave,
+    show_audit,
+    show_waves,
+)
 from fleetd.cli.fleetctl_http import Reply, Target, fan_out, request
 from fleetd.cli.fleetctl_render import Cell, Column, age, clock, number, render_table
 
@@ -128,13 +139,28 @@ SEVERITY_STYLES = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 @click.argument("nodes", nargs=-1)
 @click.option("--all", "everything", is_flag=True, help="Also pending and recently resolved.")
 @click.option("--severity", type=click.Choice(["critical", "warning", "info"]))
+@click.option(
+    "--live",
+    is_flag=True,
+    help="With --db: ask every agent instead of reading their last heartbeats.",
+)
 @click.option("--json", "as_json", is_flag=True)
 @fleet_options
 def alerts_command(
-    nodes: tuple[str, ...], everything: bool, severity: str | None, as_json: bool, **kw: Any
+    nodes: tuple[str, ...],
+    everything: bool,
+    severity: str | None,
+    live: bool,
+    as_json: bool,
+    **kw: Any,
 ) -> None:
-    """Firing alerts of NODES (default: the whole fleet), most severe first."""
+    """Firing alerts of NODES (default: the whole fleet), most severe first.
+
+    With --db (and no inventory) the firing alerts come from the registry, as each agent
+    published them at its last heartbeat, in one query; --all and --live ask the agents."""
     fleet = _fleet(kw)
+    if fleet.db is not None and fleet.inventory is None and not (live or everything):
+        registry_alerts(fleet, nodes, severity, as_json)
     params = {"state": None if everything else "firing", "severity": severity}
     replies = fan_out(
         _targets(fleet, nodes), API + "/alerts", params=params, options=fleet.options()
@@ -180,13 +206,41 @@ def alerts_command(
 
 
 @click.command("ack")
-@click.argument("node")
-@click.argument("fingerprint")
+@click.argument("args", nargs=-1, metavar="NODE FINGERPRINT | --fleet [MATCHER...]")
+@click.option(
+    "--fleet",
+    "fleet_wide",
+    is_flag=True,
+    help="Acknowledge through the registry (--db) every alert the MATCHERs accept, firing now "
+    "on every node the --node-match matchers accept; agents apply it at their next heartbeat.",
+)
+@click.option(
+    "--node-match", "-n", "node_matchers", multiple=True, help="With --fleet: a node matcher."
+)
+@click.option("--author", help="With --fleet: who is on it (default: you, user@host).")
 @reason_option
 @fleet_options
-def ack_command(node: str, fingerprint: str, reason: str, **kw: Any) -> None:
-    """Acknowledge a firing alert (no repeat notifications for this episode)."""
+def ack_command(
+    args: tuple[str, ...],
+    fleet_wide: bool,
+    node_matchers: tuple[str, ...],
+    author: str | None,
+    reason: str,
+    **kw: Any,
+) -> None:
+    """Acknowledge a firing alert (no repeat notifications for this episode), or with --fleet
+    the firing alerts the matchers accept across the fleet."""
     fleet = _fleet(kw)
+    if fleet_wide:
+        ack_fleet(
+            fleet, node_matchers, args, author=author or actor(), reason=reason, actor=actor()
+        )
+        return
+    if node_matchers or author:
+        raise click.UsageError("--node-match and --author need --fleet")
+    if len(args) != 2:
+        raise click.UsageError("give NODE and FINGERPRINT (or --fleet and matchers)")
+    node, fingerprint = args
     done = change(fleet, node, f"/alerts/{fingerprint}/ack", {"reason": reason})
     fleet.echo(f"{node}: acknowledged {fingerprint} as {done['acknowledgement']['author']}")
 
@@ -198,20 +252,58 @@ def silence_group() -> None:
 
 
 @silence_group.command("add")
-@click.argument("node")
-@click.argument("matchers", nargs=-1, required=True)
+@click.argument("args", nargs=-1, metavar="NODE MATCHER... | --fleet [MATCHER...]")
+@click.option(
+    "--fleet",
+    "fleet_wide",
+    is_flag=True,
+    help="A fleet-wide silence in the registry (--db): every agent whose labels the "
+    "--node-match matchers accept applies it at its next heartbeat.",
+)
+@click.option(
+    "--node-match",
+    "-n",
+    "node_matchers",
+    multiple=True,
+    help='With --fleet: a matcher over node labels and the node name (cluster="eu1", '
+    'rack=~"r1[0-2]", node="gpu-node-7"); repeat for several.',
+)
+@click.option("--author", help="With --fleet: who the silence is for (default: you, user@host).")
 @click.option("--duration", "-d", default="2h", show_default=True, help="e.g. 30m, 2h, 1d")
 @reason_option
 @fleet_options
 def silence_add(
-    node: str, matchers: tuple[str, ...], duration: str, reason: str, **kw: Any
+    args: tuple[str, ...],
+    fleet_wide: bool,
+    node_matchers: tuple[str, ...],
+    author: str | None,
+    duration: str,
+    reason: str,
+    **kw: Any,
 ) -> None:
-    """Silence alerts on NODE matching every MATCHER (e.g. gpu="3" alertname=~"GpuEcc.*")."""
+    """Silence alerts on NODE matching every MATCHER (e.g. gpu="3" alertname=~"GpuEcc.*"),
+    or with --fleet on every node the --node-match matchers accept."""
     fleet = _fleet(kw)
     try:
-        parse_duration(duration)
+        seconds = parse_duration(duration)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--duration") from None
+    if fleet_wide:
+        add_fleet_silence(
+            fleet,
+            node_matchers,
+            args,
+            duration=seconds,
+            author=author or actor(),
+            reason=reason,
+            actor=actor(),
+        )
+        return
+    if node_matchers or author:
+        raise click.UsageError("--node-match and --author need --fleet")
+    if len(args) < 2:
+        raise click.UsageError("give NODE and at least one MATCHER (or --fleet)")
+    node, matchers = args[0], args[1:]
     done = change(
         fleet,
         node,
@@ -236,10 +328,16 @@ SILENCE_COLUMNS = (
 @silence_group.command("list")
 @click.argument("nodes", nargs=-1)
 @click.option("--all", "everything", is_flag=True, help="Include expired silences.")
+@click.option("--fleet", "fleet_wide", is_flag=True, help="The fleet silences in the registry.")
 @click.option("--json", "as_json", is_flag=True)
 @fleet_options
-def silence_list(nodes: tuple[str, ...], everything: bool, as_json: bool, **kw: Any) -> None:
-    """Silences of NODES (default: the whole fleet)."""
+def silence_list(
+    nodes: tuple[str, ...], everything: bool, fleet_wide: bool, as_json: bool, **kw: Any
+) -> None:
+    """Silences of NODES (default: the whole fleet), or with --fleet the fleet silences."""
+    if fleet_wide:
+        list_fleet_silences(_fleet(kw), everything=everything, as_json=as_json)
+        return
     fleet = _fleet(kw)
     replies = fan_out(_targets(fleet, nodes), API + "/silences", options=fleet.options())
     found = [
@@ -270,15 +368,53 @@ def silence_list(nodes: tuple[str, ...], everything: bool, as_json: bool, **kw: 
 
 
 @silence_group.command("expire")
-@click.argument("node")
-@click.argument("silence_id")
+@click.argument("args", nargs=-1, required=True, metavar="NODE SILENCE_ID | --fleet SILENCE_ID")
+@click.option("--fleet", "fleet_wide", is_flag=True, help="Expire a fleet silence (registry).")
 @reason_option
 @fleet_options
-def silence_expire(node: str, silence_id: str, reason: str, **kw: Any) -> None:
-    """End silence SILENCE_ID on NODE now."""
+def silence_expire(args: tuple[str, ...], fleet_wide: bool, reason: str, **kw: Any) -> None:
+    """End silence SILENCE_ID on NODE now, or with --fleet the fleet silence SILENCE_ID."""
     fleet = _fleet(kw)
+    if fleet_wide:
+        if len(args) != 1:
+            raise click.UsageError("with --fleet give only the SILENCE_ID")
+        expire_fleet_silence(fleet, args[0], reason=reason, actor=actor())
+        return
+    if len(args) != 2:
+        raise click.UsageError("give NODE and SILENCE_ID (or --fleet SILENCE_ID)")
+    node, silence_id = args
     change(fleet, node, f"/silences/{silence_id}/expire", {"reason": reason})
     fleet.echo(f"{node}: silence {silence_id} expired")
+
+
+@silence_group.command("audit")
+@click.option("--limit", type=click.IntRange(1, 100_000), default=200, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@fleet_options
+def silence_audit(limit: int, as_json: bool, **kw: Any) -> None:
+    """Who added and expired which fleet silence, and when (newest first; registry)."""
+    show_audit(_fleet(kw), limit=limit, as_json=as_json)
+
+
+# ------------------------------------------------------------------------------------- drift
+@click.command("drift")
+@click.option(
+    "--tolerance",
+    type=click.FloatRange(0, 0.5),
+    default=0.0,
+    show_default=True,
+    help="Share of a SKU group a non-majority version may hold without counting as drift.",
+)
+@click.option("--show", type=click.IntRange(1, 1000), default=5, show_default=True,
+              help="Node names shown per minority version.")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True)
+@fleet_options
+def drift_command(tolerance: float, show: int, as_json: bool, **kw: Any) -> None:
+    """Nodes grouped by SKU, and the driver, amdsmi, VBIOS, firmware, fleetd versions and
+    partition layouts only a minority of each group runs (from the registry, one query).
+
+    Exit 0: no drift; 1: drift; 2: the registry could not be read."""
+    drift_report(_fleet(kw), tolerance, as_json, show)
 
 
 # ------------------------------------------------------------------------------ drain/undrain
@@ -429,6 +565,33 @@ def _simple_change(path: str, verb: str) -> Callable[..., None]:
         fleet.echo(f"{node}: {verb}")
 
     return command
+
+
+@remediation_group.command("mode")
+@click.argument("mode", type=click.Choice(["off", "dry-run", "on", "local"]))
+@click.option(
+    "--node-match",
+    "-n",
+    "node_matchers",
+    multiple=True,
+    help='The nodes of this wave, by labels and name (cluster="eu1", rack="r12"); repeat '
+    "for several; none: every node.",
+)
+@reason_option
+@fleet_options
+def remediation_mode(mode: str, node_matchers: tuple[str, ...], reason: str, **kw: Any) -> None:
+    """A wave: set the remediation MODE of the nodes the matchers accept, through the registry
+    (--db); agents take it at their next heartbeat. ``local``: back to each node's fleetd.yaml.
+    A node whose fleetd.yaml says ``off`` stays off."""
+    set_wave(_fleet(kw), node_matchers, mode, reason=reason, actor=actor())
+
+
+@remediation_group.command("waves")
+@click.option("--json", "as_json", is_flag=True)
+@fleet_options
+def remediation_waves(as_json: bool, **kw: Any) -> None:
+    """The remediation waves in the registry, and the mode each node runs by them."""
+    show_waves(_fleet(kw), as_json=as_json)
 
 
 @remediation_group.command("cancel")
@@ -651,6 +814,7 @@ COMMANDS: Sequence[click.Command] = (
     alerts_command,
     ack_command,
     silence_group,
+    drift_command,
     drain_command,
     undrain_command,
     remediation_group,

@@ -878,6 +878,31 @@ EVENT_METRICS: tuple[MetricSpec, ...] = (
     ),
 )
 
+FLEET_METRICS: tuple[MetricSpec, ...] = (
+    # fleetd.registry: what the heartbeat last read back from the fleet registry
+    _m(
+        "fleetd_version_drift",
+        "gauge",
+        "",
+        "1 when this node runs another version of the item (driver, amdsmi, vbios, firmware, fleetd, partition) than the majority of its SKU group in the fleet registry, 0 when it runs the majority's; absent while unknown.",
+        "item",
+        "version",
+        "majority",
+    ),
+    _m(
+        "fleetd_fleet_silences",
+        "gauge",
+        "",
+        "Fleet-wide silences from the registry that name this node and have not ended (kept, until each ends, while the registry cannot be read).",
+    ),
+    _m(
+        "fleetd_registry_heartbeat_failures_total",
+        "counter",
+        "",
+        "Heartbeats that could not publish to or read from the fleet registry; alerting goes on without it.",
+    ),
+)
+
 CATALOG: dict[str, MetricSpec] = {
     spec.name: spec
     for group in (
@@ -891,6 +916,7 @@ CATALOG: dict[str, MetricSpec] = {
         REMEDIATION_METRICS,
         STORE_METRICS,
         CLOCK_METRICS,
+        FLEET_METRICS,
     )
     for spec in group
 }

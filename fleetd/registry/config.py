@@ -38,6 +38,19 @@ class RegistryConfig(StrictModel):
     """
     timeout: Annotated[Duration, Span(0, "1m", above=True)] = 5.0
     """Connect timeout of the registry database."""
+    drift_tolerance: float = Field(default=0.0, ge=0.0, le=0.5)
+    """Version drift: the share of its SKU group (0 to 0.5) a version other than the majority's
+    may hold before it stops counting as drift — a canary cohort or a rollout under way. 0: every
+    node not on its group's majority version raises `FleetdVersionDrift` (info).
+    """
+    drift_check_interval: Annotated[Duration, Span(0, "1d")] = 300.0
+    """How often the heartbeat reads its SKU group's versions back (one grouped query over the
+    group's rows: every beat of 10,000 nodes would be hundreds a second); at most once a beat.
+    """
+    drift_min_nodes: int = Field(default=3, ge=2)
+    """Version drift is judged only in SKU groups with at least this many fresh nodes that
+    report the component (two nodes have no majority worth the name).
+    """
 
     @field_validator("url")
     @classmethod

@@ -1,18 +1,41 @@
-"""The daemon's heartbeat job: publish this node's status row to the fleet registry.
+"""The daemon's heartbeat job: publish this node's row, read back what the fleet says of it.
 
 Built once by the daemon when ``registry.url`` is set, and called every
-``registry.heartbeat_interval`` by the scheduler with the current time. A registry that is
-down costs a log line and a counter, never an exception into the scheduler: the next beat
-tries again.
+``registry.heartbeat_interval`` by the scheduler with the current time. One beat:
+
+1. reads the fleet silences not yet ended and hands the ones naming this node to the
+   dispatcher (and to a small cache file, so a restart while the registry is down keeps them);
+   then acknowledges the firing alerts a recent fleet acknowledgement covers, and takes the
+   remediation mode of the newest wave naming this node (``fleetd.registry.modes``);
+2. publishes the node's status row (with its versions and firing alerts);
+3. reads how many nodes of its SKU run each version, and exports ``fleetd_version_drift``.
+
+The silences are read before the row is published, so the firing alerts it carries show
+them muted. A registry that is down costs a log line and a counter, never an exception into the
+scheduler, and never touches local alerting: the dispatcher keeps the fleet silences it last
+had (each ends at its own ``ends_at``, never later, never earlier) and the drift readings
+stay as last computed. The next beat tries again.
 """
 
 from __future__ import annotations
 
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from fleetd.alert.matchers import format_matcher, parse_matcher
+from fleetd.alert.silence_store import Silence
+from fleetd.api.alerts import current_alerts, firing
 from fleetd.api.services import ApiServices
 from fleetd.api.status import node_status
 from fleetd.logs import get_logger
+from fleetd.model import Reading, make_labels
 from fleetd.registry.config import RegistryConfig
+from fleetd.registry.drift import COMPONENTS, NodeVersions, drifts, majority
+from fleetd.registry.modes import FleetModeBook, mode_for
 from fleetd.registry.reader import RegistryError, describe_error
+from fleetd.registry.silences import FleetSilenceBook, for_node
 from fleetd.registry.store import RegistryPublisher
 
 log = get_logger("registry")
@@ -24,26 +47,69 @@ def default_address(node: str, port: int, *, tls: bool) -> str:
 
 
 class RegistryHeartbeat:
-    """Publishes ``services``' status to the registry in ``config``."""
+    """Publishes ``services``' status to the registry in ``config`` and applies what it reads.
 
-    def __init__(self, config: RegistryConfig, services: ApiServices, *, address: str) -> None:
+    Args:
+        versions: what this node runs (drift detection); None publishes no versions.
+        cache_path: where the fleet silences last read are kept across restarts (JSON);
+            None keeps them in memory only.
+    """
+
+    def __init__(
+        self,
+        config: RegistryConfig,
+        services: ApiServices,
+        *,
+        address: str,
+        versions: Callable[[], NodeVersions] | None = None,
+        cache_path: Path | None = None,
+        remediation_mode: Callable[[str | None], None] | None = None,
+    ) -> None:
         if config.url is None:
             raise ValueError("the registry heartbeat needs registry.url")
+        self._config = config
         self._services = services
+        self._versions = versions
+        self._cache_path = cache_path
+        self._set_mode = remediation_mode
+        self.fleet_mode: str | None = None  # the mode the newest applicable wave sets
         self._publisher = RegistryPublisher(
             config.url.reveal(), address=config.address or address, timeout=config.timeout
         )
+        self._book = FleetSilenceBook("", engine=self._publisher.engine)
+        self._modes = FleetModeBook("", engine=self._publisher.engine)
         self.published_total = 0
         self.failures_total = 0
+        self.acknowledged_total = 0  # alerts acknowledged here by fleet acknowledgements
         self.last_error: str | None = None
+        self._drift: list[Reading] = []
+        self._drift_checked_at = float("-inf")
+        self._fleet_silences: tuple[Silence, ...] = ()
+        self._restore_cache(services.clock.now())
 
     def beat(self, now: float) -> bool:
-        """Publish once; True when the registry took it."""
-        try:
-            status = node_status(self._services, now)
-            self._publisher.publish(status, now)
-        except Exception as exc:  # e.g. the fleet lease, in the same database, unreadable
-            error = str(exc) if isinstance(exc, RegistryError) else describe_error(exc)
+        """Read back and publish once; True when the registry answered every step.
+
+        The fleet silences are read first, so the alerts published show them muted; a step
+        that fails is logged and counted, and the others still run — unless the database
+        did not answer at all (then each would wait its own connect timeout)."""
+        errors = []
+        steps = (
+            self._pull_silences,
+            self._pull_acks,
+            self._pull_mode,
+            self._publish,
+            self._check_drift,
+        )
+        for step in steps:
+            try:
+                step(now)
+            except Exception as exc:  # e.g. the fleet lease, in the same database, unreadable
+                errors.append(str(exc) if isinstance(exc, RegistryError) else describe_error(exc))
+                if "OperationalError" in errors[-1]:  # unreachable, refused, timed out
+                    break
+        if errors:
+            error = errors[0]
             self.failures_total += 1
             if self.last_error != error:
                 log.warning("registry_publish_failed", error=error)
@@ -55,5 +121,159 @@ class RegistryHeartbeat:
         self.published_total += 1
         return True
 
+    # ---- the steps ---------------------------------------------------------------------
+    def _publish(self, now: float) -> None:
+        status = node_status(self._services, now)
+        on = [
+            {
+                "rule": a["rule"],
+                "severity": a["severity"],
+                "gpu": a["gpu"],
+                "since": a.get("fired_at") or a.get("active_at"),
+                "value": a.get("value"),
+                "summary": a["annotations"].get("summary", ""),
+                "silenced": bool(a.get("silenced_by")),
+                "acknowledged": bool(a.get("acknowledged")),
+                "fingerprint": a.get("fingerprint"),
+            }
+            for a in firing(current_alerts(self._services, now))
+        ]
+        versions = self._versions() if self._versions is not None else None
+        self._publisher.publish(status, now, versions=versions, alerts=on)
+
+    def _pull_silences(self, now: float) -> None:
+        mine = for_node(self._book.current(now), self._services.node, self._services.labels)
+        self._apply(mine)
+        self._save_cache(mine)
+
+    def _pull_acks(self, now: float) -> None:
+        """Acknowledge, on this node, each firing alert a recent fleet acknowledgement covers
+        (its episode began before the acknowledgement; a later episode is not covered)."""
+        node, labels = self._services.node, self._services.labels
+        acks = [a for a in self._book.recent_acks(now) if a.applies_to(node, labels)]
+        if not acks:
+            return
+        dispatcher = self._services.dispatcher
+        for held in dispatcher.alerts(now):
+            alert = held.alert
+            if not alert.firing or held.acknowledged:
+                continue
+            ack = next((a for a in acks if a.covers(alert.labels, alert.starts_at)), None)
+            if ack is None:
+                continue
+            try:
+                dispatcher.acknowledge(
+                    alert.fingerprint,
+                    author=f"{ack.created_by} (fleet {ack.id[:8]})",
+                    comment=ack.comment,
+                    now=now,
+                )
+            except KeyError:  # resolved meanwhile
+                continue
+            except Exception as exc:  # the local database down: tried again next beat
+                log.warning("fleet_ack_not_applied", fingerprint=alert.fingerprint, error=repr(exc))
+                continue
+            self.acknowledged_total += 1
+
+    def _pull_mode(self, now: float) -> None:
+        """The remediation mode of the newest wave naming this node (None: fleetd.yaml's)."""
+        if self._set_mode is None:
+            return
+        mode = mode_for(self._modes.all(), self._services.node, self._services.labels)
+        if mode != self.fleet_mode:
+            log.info("fleet_remediation_mode", mode=mode or "local")
+        self.fleet_mode = mode
+        self._set_mode(mode)
+
+    def _check_drift(self, now: float) -> None:
+        if now - self._drift_checked_at < self._config.drift_check_interval:
+            return
+        versions = self._versions() if self._versions is not None else None
+        if versions is None or versions.sku is None:
+            self._drift = []
+            return
+        counts = self._publisher.group_counts(versions.sku, now - self._config.stale_after)
+        out = []
+        for component in COMPONENTS:
+            value, known = versions.get(component), counts.get(component, {})
+            top = majority(known)
+            if value is None or top is None or sum(known.values()) < self._config.drift_min_nodes:
+                continue
+            drifted = drifts(value, known, self._config.drift_tolerance)
+            labels = make_labels({"item": component, "version": value, "majority": top})
+            out.append(Reading("fleetd_version_drift", labels, 1.0 if drifted else 0.0, now))
+        self._drift = out
+        self._drift_checked_at = now
+
+    # ---- what the daemon reads ---------------------------------------------------------
+    def readings(self, now: float) -> list[Reading]:
+        """The drift series (as last computed), the fleet silences held, the failures."""
+        held = sum(1 for s in self._fleet_silences if s.state(now) != "expired")
+        return [
+            *(Reading(r.metric, r.labels, r.value, now) for r in self._drift),
+            Reading("fleetd_fleet_silences", (), float(held), now),
+            Reading(
+                "fleetd_registry_heartbeat_failures_total", (), float(self.failures_total), now
+            ),
+        ]
+
+    def fleet_silences(self) -> tuple[Silence, ...]:
+        return self._fleet_silences
+
+    # ---- the fleet silences ------------------------------------------------------------
+    def _apply(self, silences: Sequence[Silence]) -> None:
+        self._fleet_silences = tuple(silences)
+        self._services.dispatcher.set_fleet_silences(self._fleet_silences)
+
+    def _save_cache(self, silences: Sequence[Silence]) -> None:
+        if self._cache_path is None:
+            return
+        data = [
+            {
+                "id": s.id,
+                "matchers": [format_matcher(m) for m in s.matchers],
+                "starts_at": s.starts_at,
+                "ends_at": s.ends_at,
+                "created_by": s.created_by,
+                "comment": s.comment,
+                "created_at": s.created_at,
+                "updated_at": s.updated_at,
+            }
+            for s in silences
+        ]
+        try:
+            tmp = self._cache_path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(data), encoding="utf-8")
+            os.replace(tmp, self._cache_path)
+        except OSError as exc:  # a full disk must not fail the heartbeat
+            log.warning("fleet_silence_cache_unwritable", error=str(exc))
+
+    def _restore_cache(self, now: float) -> None:
+        """The fleet silences the last run read, those not yet ended (until the first beat
+        reads the registry): a restart during a registry outage keeps them too."""
+        if self._cache_path is None or not self._cache_path.is_file():
+            return
+        try:
+            data = json.loads(self._cache_path.read_text(encoding="utf-8"))
+            silences = [
+                Silence(
+                    id=str(d["id"]),
+                    matchers=tuple(parse_matcher(m) for m in d["matchers"]),
+                    starts_at=float(d["starts_at"]),
+                    ends_at=float(d["ends_at"]),
+                    created_by=str(d["created_by"]),
+                    comment=str(d["comment"]),
+                    created_at=float(d["created_at"]),
+                    updated_at=float(d["updated_at"]),
+                )
+                for d in data
+            ]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("fleet_silence_cache_unreadable", error=str(exc))
+            return
+        self._apply([s for s in silences if s.state(now) != "expired"])
+
     def close(self) -> None:
+        self._book.close()
+        self._modes.close()
         self._publisher.close()

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from fleetd.errors import FleetdError
+from fleetd.registry.drift import COMPONENTS, NodeVersions
 from fleetd.registry.summary import NodeSummary
 
 NODES_TABLE = "fleet_nodes"
@@ -25,6 +27,8 @@ NODE_COLUMNS = (
     "node", "health", "gpus_total", "gpus_healthy", "hottest_junction_c", "power_w",
     "alerts_critical", "alerts_warning", "alerts_info", "remediation", "remediation_active",
     "data_age_s", "reasons", "version", "address", "heartbeat_at", "gpus_in_service", "labels",
+    "sku", "driver_version", "amdsmi_version", "vbios_version", "firmware_version",
+    "partition_layout", "alerts_firing",
 )  # fmt: skip
 """The columns of the fleet table this reader knows (it reads them by name: a table from an
 older fleetd may lack the later ones)."""
@@ -57,6 +61,14 @@ class RegistryNode:
     heartbeat_at: float
     heartbeat_age_s: float
     stale: bool
+    versions: NodeVersions | None = None  # None: an agent from before drift detection
+    alerts_json: str | None = None  # the firing alerts as published; None: not published
+
+    @property
+    def alerts(self) -> tuple[Mapping[str, Any], ...] | None:
+        """The firing alerts the agent published (parsed when asked: ``status`` never needs
+        them), or None when its agent does not publish them."""
+        return None if self.alerts_json is None else tuple(json.loads(self.alerts_json))
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,8 +189,31 @@ class RegistryReader:
                 labels=tuple(sorted(json.loads(r.get("labels") or "{}").items())),
             )
             out.append(
-                RegistryNode(summary, r["address"], r["heartbeat_at"], age, age > stale_after)
+                RegistryNode(
+                    summary,
+                    r["address"],
+                    r["heartbeat_at"],
+                    age,
+                    age > stale_after,
+                    _versions(r),
+                    r.get("alerts_firing"),
+                )
             )
+        return out
+
+    def versions(
+        self, now: float, *, stale_after: float
+    ) -> list[tuple[str, NodeVersions | None, bool]]:
+        """(node, versions, stale) of every node, from one query (``fleetctl drift``); a
+        table from before drift detection reads as no versions."""
+        names, rows = self._query_named(f"SELECT * FROM {NODES_TABLE} ORDER BY node")
+        at = {name: i for i, name in enumerate(names)}
+        node, beat = at["node"], at["heartbeat_at"]
+        columns = [(c, at[c]) for c in ("sku", *COMPONENTS.values()) if c in at]
+        out = []
+        for values in rows:
+            r = {c: values[i] for c, i in columns}
+            out.append((values[node], _versions(r), now - values[beat] > stale_after))
         return out
 
     def address_of(self, node: str) -> str | None:
@@ -187,16 +222,17 @@ class RegistryReader:
         return rows[0][0] if rows else None
 
     def limits(self) -> FleetLimits | None:
-        """The fleet-wide cap and breaker, or None when remediation never used this database."""
+        """The fleet-wide cap and breaker (one query), or None when remediation never used
+        this database."""
         try:
-            out = self._query(f"SELECT coalesce(sum(gpus), 0) FROM {LEASES_TABLE}")
-            breaker = self._query(
-                f"SELECT tripped, reason FROM {BREAKER_TABLE} WHERE scope = ?", ("fleet",)
+            ((gpus, tripped, reason),) = self._query(
+                f"SELECT (SELECT coalesce(sum(gpus), 0) FROM {LEASES_TABLE}), b.tripped, b.reason"
+                f" FROM (SELECT 1 AS one) AS x LEFT JOIN {BREAKER_TABLE} AS b ON b.scope = ?",
+                ("fleet",),
             )
         except RegistryError:
             return None  # the tables are not there: remediation never used this database
-        tripped = bool(breaker[0][0]) if breaker else False
-        return FleetLimits(int(out[0][0] or 0), tripped, breaker[0][1] if tripped else None)
+        return FleetLimits(int(gpus or 0), bool(tripped), reason if tripped else None)
 
     def close(self) -> None:
         if self._conn is not None:
@@ -204,6 +240,15 @@ class RegistryReader:
             self._conn = None
         if self._engine is not None:
             self._engine.dispose()
+
+
+def _versions(row: Mapping[str, Any]) -> NodeVersions | None:
+    """The drift columns of a row, or None when the agent never published them."""
+    own = [c for k, c in COMPONENTS.items() if k != "fleetd"]
+    if row.get("sku") is None and all(row.get(c) is None for c in own):
+        return None
+    values = {k: row.get(c) for k, c in COMPONENTS.items()}
+    return NodeVersions(sku=row.get("sku"), **values)
 
 
 def _rollback(conn: Any) -> None:

@@ -12,7 +12,7 @@ The registry has its own MetaData: it is a shared database, not a node's local s
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -27,14 +27,22 @@ from sqlalchemy import (
     Table,
     Text,
     create_engine,
+    func,
     inspect,
+    literal,
+    select,
+    union_all,
 )
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
+from fleetd.logs import get_logger
+from fleetd.registry.drift import COMPONENTS, NodeVersions
 from fleetd.registry.reader import RegistryError, describe_error
 from fleetd.registry.summary import NodeSummary, summarize
 from fleetd.store.db import engine_url
+
+log = get_logger("registry")
 
 REGISTRY_METADATA = MetaData()
 
@@ -60,7 +68,66 @@ nodes_table = Table(
     # added after the first release: nullable, and added to an older table by ensure_schema
     Column("gpus_in_service", Integer, nullable=True),
     Column("labels", Text, nullable=True),  # JSON object: the node's node.labels
+    # drift (fleetd.registry.drift): the SKU and what the node runs; None when unreadable
+    Column("sku", String(64), nullable=True),
+    Column("driver_version", String(128), nullable=True),
+    Column("amdsmi_version", String(128), nullable=True),
+    Column("vbios_version", String(255), nullable=True),
+    Column("firmware_version", String(255), nullable=True),
+    Column("partition_layout", String(128), nullable=True),
+    Column("alerts_firing", Text, nullable=True),  # JSON list: fleetctl alerts --db
     Index("ix_fleet_nodes_heartbeat", "heartbeat_at"),
+    Index("ix_fleet_nodes_sku", "sku"),
+)
+
+
+silences_table = Table(  # fleet silences: fleetd.registry.silences
+    "fleet_silences",
+    REGISTRY_METADATA,
+    Column("id", String(36), primary_key=True),
+    Column("node_matchers", Text, nullable=False),  # JSON list of matcher text
+    Column("matchers", Text, nullable=False),  # JSON list of matcher text
+    Column("starts_at", Float(precision=53), nullable=False),
+    Column("ends_at", Float(precision=53), nullable=False),
+    Column("created_by", String(255), nullable=False),
+    Column("comment", Text, nullable=False),
+    Column("created_at", Float(precision=53), nullable=False),
+    Column("updated_at", Float(precision=53), nullable=False),
+    Index("ix_fleet_silences_ends", "ends_at"),
+)
+
+acks_table = Table(  # fleet acknowledgements: fleetd.registry.silences
+    "fleet_acks",
+    REGISTRY_METADATA,
+    Column("id", String(36), primary_key=True),
+    Column("node_matchers", Text, nullable=False),  # JSON list of matcher text
+    Column("matchers", Text, nullable=False),  # JSON list of matcher text
+    Column("created_by", String(255), nullable=False),
+    Column("comment", Text, nullable=False),
+    Column("created_at", Float(precision=53), nullable=False),
+    Index("ix_fleet_acks_created", "created_at"),
+)
+
+modes_table = Table(  # remediation modes per label group (waves): fleetd.registry.modes
+    "fleet_remediation_modes",
+    REGISTRY_METADATA,
+    Column("id", String(36), primary_key=True),
+    Column("node_matchers", Text, nullable=False),  # JSON list of matcher text
+    Column("mode", String(16), nullable=False),  # off | dry-run | on | local
+    Column("created_by", String(255), nullable=False),
+    Column("comment", Text, nullable=False),
+    Column("created_at", Float(precision=53), nullable=False),
+)
+
+audit_table = Table(
+    "fleet_audit",
+    REGISTRY_METADATA,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("at", Float(precision=53), nullable=False),
+    Column("actor", String(255), nullable=False),
+    Column("action", String(16), nullable=False),  # add | expire | ack | mode
+    Column("subject", String(255), nullable=False),  # silence id, or ack id
+    Column("detail", Text, nullable=False),  # JSON: matchers, ends_at, comment
 )
 
 
@@ -104,7 +171,18 @@ class RegistryPublisher:
                     f"cannot create the registry table: {describe_error(exc)}"
                 ) from None
         self._add_missing_columns()
+        self._add_missing_indexes()
         self._ready = True
+
+    def _add_missing_indexes(self) -> None:
+        """Indexes a newer fleetd declares on a table an older one created (``sku``, which
+        each heartbeat's drift query selects by). Best effort: without the privilege the
+        queries are slower, never wrong."""
+        for index in nodes_table.indexes:
+            try:
+                index.create(self._engine, checkfirst=True)
+            except SQLAlchemyError as exc:
+                log.info("registry_index_not_created", index=index.name, error=describe_error(exc))
 
     def _add_missing_columns(self) -> None:
         """Columns a newer fleetd added to a table an older one created (all nullable, so
@@ -136,12 +214,30 @@ class RegistryPublisher:
         except SQLAlchemyError:
             return False
 
-    def publish(self, status: Mapping[str, Any], now: float) -> NodeSummary:
-        """Upsert the row of the node ``status`` describes, as of ``now``; returns the row."""
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
+    def publish(
+        self,
+        status: Mapping[str, Any],
+        now: float,
+        *,
+        versions: NodeVersions | None = None,
+        alerts: Sequence[Mapping[str, Any]] | None = None,
+    ) -> NodeSummary:
+        """Upsert the row of the node ``status`` describes, as of ``now``; returns the row.
+
+        ``versions`` (drift) and ``alerts`` (the firing alerts, for ``fleetctl alerts``) are
+        written when given."""
         if not self._ready:
             self.ensure_schema()
         summary = summarize(status)
         row = summary_row(summary, now, self._address)
+        if versions is not None:
+            row.update(version_columns(versions))
+        if alerts is not None:
+            row["alerts_firing"] = json.dumps(list(alerts), sort_keys=True)
         dialect = self._engine.dialect.name
         insert: Any = sqlite.insert
         if dialect == "postgresql":  # imported here: a node without a registry never loads it
@@ -160,6 +256,26 @@ class RegistryPublisher:
             raise RegistryError(f"cannot publish to the registry: {describe_error(exc)}") from None
         return summary
 
+    def group_counts(self, sku: str, since: float) -> dict[str, dict[str, int]]:
+        """How many fresh nodes of ``sku`` run each version, per component: one query."""
+        t = nodes_table
+        parts = []
+        for component, column in COMPONENTS.items():
+            col = t.c[column]
+            parts.append(
+                select(literal(component).label("component"), col.label("value"), func.count())
+                .where(t.c.sku == sku, t.c.heartbeat_at >= since, col.is_not(None))
+                .group_by(col)
+            )
+        out: dict[str, dict[str, int]] = {c: {} for c in COMPONENTS}
+        try:
+            with self._engine.connect() as conn:
+                for component, value, count in conn.execute(union_all(*parts)):
+                    out[str(component)][str(value)] = int(count)
+        except SQLAlchemyError as exc:
+            raise RegistryError(f"cannot read the registry: {describe_error(exc)}") from None
+        return out
+
     def forget(self, node: str) -> None:
         """Remove a decommissioned node's row."""
         with self._engine.begin() as conn:
@@ -167,6 +283,15 @@ class RegistryPublisher:
 
     def close(self) -> None:
         self._engine.dispose()
+
+
+def version_columns(versions: NodeVersions) -> dict[str, Any]:
+    """The drift columns of a node's row."""
+    row: dict[str, Any] = {"sku": versions.sku}
+    for component, column in COMPONENTS.items():
+        if component != "fleetd":  # ``version`` comes from the status document
+            row[column] = versions.get(component)
+    return row
 
 
 def summary_row(summary: NodeSummary, now: float, address: str | None) -> dict[str, Any]:

@@ -99,6 +99,10 @@ class Executor:
         self._lease_unreadable_logged = False
         self._release_stale_leases()
 
+    def configure(self, config: RemediationConfig) -> None:
+        """A new mode from the registry (the rest of the section is unchanged)."""
+        self._cfg = config
+
     def _release_stale_leases(self) -> None:
         """A daemon killed between concluding a run and releasing its lease leaves the lease
         behind; the journal says whether its run still needs it. A fleet registry that is

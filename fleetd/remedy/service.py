@@ -115,6 +115,7 @@ class Remediation:
     ) -> None:
         self.node = node
         self.config = config
+        self._local_mode = config.mode  # fleetd.yaml's; a registry wave may set another
         self._workers = list(workers)
         self._backend = backend
         self._journal = journal
@@ -146,6 +147,17 @@ class Remediation:
         self.executor.attach_events(events)
 
     # ---- automatic --------------------------------------------------------------------
+    def set_fleet_mode(self, mode: str | None) -> None:
+        """The mode a registry wave sets for this node (None: fleetd.yaml's). A node whose
+        fleetd.yaml says ``off`` stays off. A run under way keeps the dry-run or real mode it was
+        planned in; one still waiting for its lease ends if the mode becomes ``off``."""
+        effective = self._local_mode if self._local_mode == "off" or mode is None else mode
+        if effective == self.config.mode:
+            return
+        with self._lock:
+            self.config = self.config.model_copy(update={"mode": effective})
+            self.executor.configure(self.config)
+
     def handle(self, transitions: Iterable[Transition], now: float) -> list[str]:
         """Open runs for alerts that start firing with a remediation plan; return their ids."""
         opened = []

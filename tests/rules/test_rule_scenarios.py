@@ -294,6 +294,8 @@ def test_every_default_rule_has_a_scenario() -> None:
     test (tests/test_daemon_storage.py) makes the disk fail and sees it fire.
     FleetdRuleBlindSpots is about the rules themselves: tests/test_daemon.py loads a rule on a
     reading MI3xx boards never provide and sees it fire.
+    FleetdVersionDrift reads the fleet registry: tests/registry/test_fleet.py runs three
+    agents' heartbeats against PostgreSQL and sees it fire on the odd one.
     The event rules (rules/events.yaml) fire on kernel lines, CPER records and KFD events,
     not polled readings: rules/tests/events_test.yaml tests each, tests/events/test_wiring.py
     and tests/events/test_incidents_daemon.py fire them through the daemon on the simulator's
@@ -306,6 +308,7 @@ def test_every_default_rule_has_a_scenario() -> None:
     assert {r.name for r in RULES.rules} - covered == {
         "FleetdStorageDegraded",
         "FleetdRuleBlindSpots",
+        "FleetdVersionDrift",
         "GpuCperFatalError",
         "GpuCperUncorrectedError",
         "GpuKernelUncorrectableError",

@@ -143,6 +143,10 @@ def test_only_uncorrectable_errors_trigger_remediation() -> None:
 
 def test_severities_are_deliberate() -> None:
     by_severity = {s: sorted(r.name for r in RULES.rules if r.severity == s) for s in Severity}
-    assert by_severity[Severity.INFO] == ["FleetdRuleBlindSpots", "GpuPowerThrottling"]
+    assert by_severity[Severity.INFO] == [
+        "FleetdRuleBlindSpots",
+        "FleetdVersionDrift",
+        "GpuPowerThrottling",
+    ]
     assert "GpuEccUncorrectableError" in by_severity[Severity.CRITICAL]
     assert "GpuMissing" in by_severity[Severity.CRITICAL]
