@@ -8,8 +8,11 @@ calls amdsmi outside a poll takes the same lock the poll holds.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
+from typing import Any
 
 from fleetd.collect.amdsmi_backend import AmdSmiBackend
+from fleetd.collect.dump import dump_unit
 from fleetd.collect.poller import Poller
 from fleetd.collect.source import GpuProcess
 from fleetd.model import GpuIdentity, Snapshot
@@ -73,3 +76,8 @@ class PollSafeBackend:
 
     def rediscover(self) -> list[GpuIdentity]:
         return self._poller.rediscover(self._backend)
+
+    def dump(self, indices: Sequence[int]) -> dict[str, Any]:
+        """Every raw read of ``indices`` for the evidence bundle, between two polls."""
+        with self._poller.lock:
+            return dump_unit(self._backend, indices)

@@ -21,6 +21,7 @@ from fleetd.remedy.messages import (
     Tick,
 )
 from fleetd.remedy.run import Run, RunState, WorkerPhase, due
+from fleetd.remedy.steps import evidence
 from fleetd.remedy.steps.common import (
     Step,
     add_evidence,
@@ -59,6 +60,7 @@ def on_resetting(run: Run, event: Event, now: float) -> Step:
                 f"GPU {run.reset_target} reset once; the reset reached GPUs {gpu_list(run)} "
                 f"({_drain_report(run)}); verifying",
                 severity="warning",
+                evidence=evidence.bundle_lines(run),
             )
             return after([note], _start_verifying(run, now, "reset done"))
         run = add_evidence(run, f"reset failed: {event.error}")
