@@ -102,7 +102,7 @@ def dump_gpu(backend: AmdSmiBackend, gpu: AmdSmiGpu) -> dict[str, Any]:
         calls[name] = _read(lambda name=name: backend.call(name, handle))  # type: ignore[misc]
     out["calls"] = calls
     out["ecc_per_block"] = {
-        block: _read(lambda block=block: gpu.ecc_count(block))  # type: ignore[misc]
+        block: _read(lambda block=block: gpu.ecc_count(block.upper()))  # type: ignore[misc]
         for block in sorted(gpu.ras_blocks())
     }
     out["unsupported_on_sku"] = gpu.unsupported()
