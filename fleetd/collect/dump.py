@@ -34,7 +34,6 @@ PER_GPU_CALLS = (
     "amdsmi_get_energy_count",
     "amdsmi_get_gpu_total_ecc_count",
     "amdsmi_get_gpu_ecc_enabled",
-    "amdsmi_get_gpu_ecc_status",
     "amdsmi_get_gpu_ras_feature_info",
     "amdsmi_get_gpu_bad_page_info",
     "amdsmi_get_gpu_bad_page_threshold",
