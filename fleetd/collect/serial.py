@@ -77,7 +77,16 @@ class PollSafeBackend:
     def rediscover(self) -> list[GpuIdentity]:
         return self._poller.rediscover(self._backend)
 
-    def dump(self, indices: Sequence[int]) -> dict[str, Any]:
-        """Every raw read of ``indices`` for the evidence bundle, between two polls."""
-        with self._poller.lock:
+    def dump(self, indices: Sequence[int], *, wait: float = 5.0) -> dict[str, Any]:
+        """Every raw read of ``indices`` for the evidence bundle, between two polls. A call
+        of an earlier poll still hung inside amdsmi, or a poll that keeps the lock past
+        ``wait``, gives an error instead of a dump: the bundle is never worth a stuck poll."""
+        if self._poller.busy():
+            return {"error": "a GPU call of an earlier poll is still hung inside amdsmi"}
+        lock = self._poller.lock
+        if not lock.acquire(timeout=wait):
+            return {"error": f"the poll held the GPU lock for over {wait:g}s"}
+        try:
             return dump_unit(self._backend, indices)
+        finally:
+            lock.release()

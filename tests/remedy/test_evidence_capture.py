@@ -69,3 +69,22 @@ def test_a_capture_keeps_what_it_could_not_read_as_an_error(tmp_path: Path) -> N
     assert body["journal"]["run"]["run_id"] == run.run_id
     assert body["alerts"]["trigger"]["rule"] == "GpuUncorrectableEcc"
     db.dispose()
+
+
+class StubPoller:
+    def __init__(self, hung: bool) -> None:
+        self.hung = hung
+
+    def busy(self) -> bool:
+        return self.hung
+
+
+def test_the_dump_never_waits_on_a_hung_or_held_poll() -> None:
+    from fleetd.collect.serial import PollSafeBackend, SerialPoller
+
+    hung = PollSafeBackend(object(), SerialPoller(StubPoller(True)))  # type: ignore[arg-type]
+    assert "still hung" in hung.dump([0])["error"]
+    serial = SerialPoller(StubPoller(False))  # type: ignore[arg-type]
+    held = PollSafeBackend(object(), serial)  # type: ignore[arg-type]
+    with serial.lock:  # a poll under way that does not end in time
+        assert "held the GPU lock" in held.dump([0], wait=0.01)["error"]
