@@ -79,6 +79,9 @@ def test_a_reset_run_leaves_a_bundle_that_fleetctl_fetches(fleet: Fleet, tmp_pat
     reset_done = next(e for e in events if e.kind == "reset_done")
     assert reset_done.evidence == (line,)
 
+    shown, _ = fleet.run("remediation", "show", agent.name, run_id)
+    assert f"evidence (pre_reset): {path} sha256:{bundle.sha256}" in shown.output
+
     out = tmp_path / "copy.json.gz"
     result, _ = fleet.run("evidence", agent.name, run_id, "-o", str(out))
     assert result.exit_code == 0, result.output
