@@ -40,7 +40,7 @@ from fleetd.logs import get_logger
 
 API_PREFIX = "/api/v1"
 ACTION_EVENT_KIND = "operator_action"
-EVIDENCE_PHASES = frozenset({"pre_reset", "quarantine"})
+EVIDENCE_PHASES = frozenset({"pre_reset", "failure", "quarantine"})
 ALERT_STATES = frozenset({"firing", "pending", "resolved"})
 SILENCE_STATES: dict[str, SilenceState] = {
     "pending": "pending",

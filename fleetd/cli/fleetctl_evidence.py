@@ -24,7 +24,7 @@ from fleetd.cli.fleetctl_context import Fail, fleet_options
 @click.argument("run_id")
 @click.option(
     "--phase",
-    type=click.Choice(["pre_reset", "quarantine"]),
+    type=click.Choice(["pre_reset", "failure", "quarantine"]),
     default=None,
     help="Which bundle (default: the run's newest).",
 )

@@ -63,10 +63,12 @@ def test_a_quarantine_captures_a_bundle_after_its_page() -> None:
 
 
 class Killed(World):
-    """The daemon dies inside the capture: its outcome never comes back."""
+    """The daemon dies inside the capture (of ``phase``): its outcome never comes back."""
+
+    phase: str = "pre_reset"
 
     def answer(self, cmd: m.Command, run: m.Run, now: float) -> m.Event | None:
-        if isinstance(cmd, m.CaptureEvidence):
+        if isinstance(cmd, m.CaptureEvidence) and cmd.phase == self.phase:
             return None
         return super().answer(cmd, run, now)
 
@@ -102,3 +104,26 @@ def test_a_second_restart_during_the_capture_gives_up_and_resets() -> None:
 def test_a_tick_while_capturing_does_not_move_the_run() -> None:
     run = to_capture()
     assert m.step(run, m.Tick(), NOW + 10_000) == (run, [])
+
+
+def test_a_failed_reset_that_escalates_captures_the_failure_before_the_reboot() -> None:
+    world = World(reset_error="hang")
+    run, cmds, _ = drive(
+        world, new_run(capture_evidence=True, escalate_to_reboot=True), NOW, limit=100
+    )
+    assert run.state is m.RunState.REBOOTING
+    seq = order(cmds)
+    assert seq.index(m.CaptureEvidence, seq.index(m.ResetGpu)) < seq.index(m.RequestReboot)
+    assert [b.phase for b in run.bundles] == ["pre_reset", "failure"] and not run.capturing
+
+
+def test_a_reboot_during_the_failure_capture_is_not_captured_again() -> None:
+    world = Killed(reset_error="hang")
+    world.phase = "failure"
+    run, _, _ = drive(
+        world, new_run(capture_evidence=True, escalate_to_reboot=True), NOW, limit=100
+    )
+    assert run.state is m.RunState.REBOOTING and run.capturing == "failure"
+    run, cmds = m.step(run, m.Resumed(), NOW + 200)
+    assert run.state is m.RunState.VERIFYING and not run.capturing
+    assert "evidence_failed" in kinds(cmds) and m.CaptureEvidence not in order(cmds)

@@ -49,16 +49,18 @@ def taken(run: Run, event: EvidenceResult) -> Step:
     return run, [Record("evidence_captured", f"{line}, {event.size} bytes{cut}", evidence=(line,))]
 
 
+def given_up(run: Run, why: str) -> Step:
+    """The capture under way will not be finished: say so and clear it."""
+    line = f"evidence bundle ({run.capturing.replace('_', '-')}) not captured: {why}"
+    run = add_evidence(replace(run, capturing=""), line)
+    return run, [Record("evidence_failed", line, severity="warning")]
+
+
 def resumed(run: Run) -> Step:
     """The daemon restarted during the capture: a new attempt into a new file, or give up."""
     phase = run.capturing.replace("_", "-")
     if run.capture_attempt >= MAX_ATTEMPTS:
-        line = (
-            f"evidence bundle ({phase}) not captured: interrupted by a restart "
-            f"{run.capture_attempt} times"
-        )
-        run = add_evidence(replace(run, capturing=""), line)
-        return run, [Record("evidence_failed", line, severity="warning")]
+        return given_up(run, f"interrupted by a restart {run.capture_attempt} times")
     attempt = run.capture_attempt + 1
     run = replace(run, capture_attempt=attempt)
     cmds: list[Command] = [
