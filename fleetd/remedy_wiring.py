@@ -8,16 +8,26 @@ remedy package that imported ``fleetd.config`` would close a package-level impor
 
 from __future__ import annotations
 
+import hashlib
+
 from fleetd.clock import Clock
+from fleetd.collect.amdsmi_backend import AmdSmiBackend
+from fleetd.collect.dump import dump_unit
+from fleetd.collect.serial import PollSafeBackend
 from fleetd.config import FleetdConfig
+from fleetd.remedy.bundle import BundleStore
 from fleetd.remedy.events import ChangeSink, EventSink
+from fleetd.remedy.evidence import EvidenceCapture
 from fleetd.remedy.holders import KfdInspector
 from fleetd.remedy.journal import RunJournal
 from fleetd.remedy.lease import FleetLease, SqlFleetLease
-from fleetd.remedy.ports import AlertView, GpuControl, HealthPoller
+from fleetd.remedy.ports import AlertView, GpuControl, GpuDumper, HealthPoller
 from fleetd.remedy.service import Remediation
 from fleetd.remedy.workers import CommandWorkers, SystemdWorkers, WorkerAdapter
 from fleetd.store.db import Database
+from fleetd.store.events import EventLog
+
+EVIDENCE_DIR = "evidence"
 
 
 def build_adapter(config: FleetdConfig) -> WorkerAdapter:
@@ -50,6 +60,7 @@ def build_remediation(
     alerts: AlertView | None = None,
     kfd: KfdInspector | None = None,
 ) -> Remediation:
+    journal = RunJournal(db)
     return Remediation(
         node=config.node.name,
         config=config.remediation,
@@ -57,11 +68,57 @@ def build_remediation(
         backend=backend,
         poller=poller,
         adapter=adapter or build_adapter(config),
-        journal=RunJournal(db),
+        journal=journal,
         lease=lease or build_lease(config, db),
         clock=clock,
         sink=sink,
         events=events,
         alerts=alerts,
         kfd=kfd,
+        evidence=build_evidence(config, db=db, journal=journal, backend=backend, alerts=alerts),
+    )
+
+
+def config_hash(config: FleetdConfig) -> str:
+    """sha256 of the configuration in force (secrets as their placeholder, never revealed)."""
+    return hashlib.sha256(config.model_dump_json().encode()).hexdigest()
+
+
+def gpu_dumper(backend: GpuControl) -> GpuDumper | None:
+    """The raw reads of a unit, behind the poll lock when the backend has one."""
+    if isinstance(backend, PollSafeBackend):
+        return backend.dump
+    if isinstance(backend, AmdSmiBackend):
+        raw = backend
+        return lambda indices: dump_unit(raw, indices)
+    return None
+
+
+def build_evidence(
+    config: FleetdConfig,
+    *,
+    db: Database,
+    journal: RunJournal,
+    backend: GpuControl,
+    alerts: AlertView | None,
+) -> EvidenceCapture | None:
+    """Bundles under ``<state_dir>/evidence/`` with the section's cap and retention."""
+    section = config.remediation.evidence
+    if not section.enabled:
+        return None
+    store = BundleStore(
+        config.state_dir / EVIDENCE_DIR,
+        max_bundle_bytes=section.max_bundle_bytes,
+        max_total_bytes=section.max_total_bytes,
+        keep=section.keep,
+    )
+    return EvidenceCapture(
+        node=config.node.name,
+        config=section,
+        store=store,
+        journal=journal,
+        dumper=gpu_dumper(backend),
+        fault_log=EventLog(db).query,
+        alerts=alerts,
+        config_hash=config_hash(config),
     )

@@ -8,6 +8,7 @@ a wrong port) gets 404 instead of this node's data. Mutations need the bearer to
 
 from __future__ import annotations
 
+import base64
 import math
 from collections.abc import Callable
 from typing import Any
@@ -39,6 +40,7 @@ from fleetd.logs import get_logger
 
 API_PREFIX = "/api/v1"
 ACTION_EVENT_KIND = "operator_action"
+EVIDENCE_PHASES = frozenset({"pre_reset", "failure", "quarantine"})
 ALERT_STATES = frozenset({"firing", "pending", "resolved"})
 SILENCE_STATES: dict[str, SilenceState] = {
     "pending": "pending",
@@ -171,6 +173,7 @@ class _Api:
             ("GET", "/remediation", self.remediation),
             ("GET", "/remediation/runs", self.runs),
             ("GET", "/remediation/runs/{run_id}", self.run),
+            ("GET", "/remediation/runs/{run_id}/evidence", self.evidence),
             ("POST", "/remediation/runs/{run_id}/cancel", self.cancel),
             ("POST", "/remediation/pause", self.pause),
             ("POST", "/remediation/resume", self.resume),
@@ -373,6 +376,31 @@ class _Api:
         events = self.s.remedy.events(run_id)
         return Response.json(
             {"run": run_view(found), "events": [remediation_event_view(e) for e in events]}
+        )
+
+    def evidence(self, request: Request) -> Response:
+        """The run's evidence bundle, base64 in JSON with the digest journaled when it was
+        written (fleetctl checks the bytes against it)."""
+        run_id = request.params["run_id"]
+        phase = _choice(request, "phase", EVIDENCE_PHASES)
+        remedy = self.s.remedy
+        if remedy is None or remedy.run(run_id) is None:
+            raise HttpError(404, f"no remediation run {run_id!r}")
+        found = remedy.evidence_bundle(run_id, phase)
+        if found is None:
+            what = f" for phase {phase}" if phase else ""
+            raise HttpError(404, f"run {run_id!r} has no evidence bundle{what} on this node")
+        return Response.json(
+            {
+                "node": self.s.node,
+                "run_id": found.run_id,
+                "phase": found.phase,
+                "name": found.name,
+                "size": len(found.data),
+                "sha256": found.sha256,
+                "encoding": "base64",
+                "data": base64.b64encode(found.data).decode(),
+            }
         )
 
     def events(self, request: Request) -> Response:

@@ -21,7 +21,7 @@ from fleetd.model import Snapshot
 from fleetd.query import Query
 from fleetd.remedy.events import RemediationEvent
 from fleetd.remedy.machine import Run
-from fleetd.remedy.service import RemediationStatus
+from fleetd.remedy.service import EvidenceFile, RemediationStatus
 from fleetd.rules.coverage import BlindSpot
 from fleetd.rules.engine import RuleEngine
 from fleetd.rules.health import NodeHealth
@@ -49,6 +49,10 @@ class RemediationControl(Protocol):
 
     def events(self, run_id: str | None = None, *, limit: int = 1000) -> list[RemediationEvent]:
         """Step events in the order they happened."""
+        ...
+
+    def evidence_bundle(self, run_id: str, phase: str | None = None) -> EvidenceFile | None:
+        """The run's newest evidence bundle (or that of ``phase``), None when there is none."""
         ...
 
     def drain(self, gpu: int, *, who: str, why: str, now: float) -> str:

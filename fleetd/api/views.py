@@ -157,6 +157,10 @@ def run_view(run: Run) -> Json:
         "outcome": run.outcome,
         "problems": list(run.last_problems),
         "evidence": list(run.evidence),
+        "bundles": [
+            {"phase": b.phase, "path": b.path, "sha256": b.sha256, "size": b.size}
+            for b in run.bundles
+        ],
     }
 
 

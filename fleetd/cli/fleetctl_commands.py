@@ -554,6 +554,8 @@ def remediation_show(node: str, run_id: str, as_json: bool, **kw: Any) -> None:
         return
     run = data["run"]
     fleet.echo(render_table(RUN_COLUMNS, [_run_row(node, run)], fleet.painter))
+    for bundle in run.get("bundles", []):  # fetch with: fleetctl evidence NODE RUN
+        fleet.echo(f"  evidence ({bundle['phase']}): {bundle['path']} sha256:{bundle['sha256']}")
     for event in data["events"]:
         fleet.echo(f"  {clock(event['at'])}  {event['kind']:<18} {event['message']}")
 

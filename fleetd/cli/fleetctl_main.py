@@ -10,6 +10,7 @@ import click
 
 from fleetd import __version__
 from fleetd.cli.fleetctl_commands import COMMANDS
+from fleetd.cli.fleetctl_evidence import evidence_command
 from fleetd.cli.fleetctl_status import status_command
 
 
@@ -25,6 +26,7 @@ def main() -> None:
 
 
 main.add_command(status_command)
+main.add_command(evidence_command)
 for command in COMMANDS:
     main.add_command(command)
 

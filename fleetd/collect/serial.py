@@ -8,8 +8,11 @@ calls amdsmi outside a poll takes the same lock the poll holds.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
+from typing import Any
 
 from fleetd.collect.amdsmi_backend import AmdSmiBackend
+from fleetd.collect.dump import dump_unit
 from fleetd.collect.poller import Poller
 from fleetd.collect.source import GpuProcess
 from fleetd.model import GpuIdentity, Snapshot
@@ -73,3 +76,17 @@ class PollSafeBackend:
 
     def rediscover(self) -> list[GpuIdentity]:
         return self._poller.rediscover(self._backend)
+
+    def dump(self, indices: Sequence[int], *, wait: float = 5.0) -> dict[str, Any]:
+        """Every raw read of ``indices`` for the evidence bundle, between two polls. A call
+        of an earlier poll still hung inside amdsmi, or a poll that keeps the lock past
+        ``wait``, gives an error instead of a dump: the bundle is never worth a stuck poll."""
+        if self._poller.busy():
+            return {"error": "a GPU call of an earlier poll is still hung inside amdsmi"}
+        lock = self._poller.lock
+        if not lock.acquire(timeout=wait):
+            return {"error": f"the poll held the GPU lock for over {wait:g}s"}
+        try:
+            return dump_unit(self._backend, indices)
+        finally:
+            lock.release()

@@ -346,6 +346,26 @@ class FleetConfig(StrictModel):
     """How often a waiting run asks again."""
 
 
+class EvidenceConfig(StrictModel):
+    """The evidence bundle: what a reset destroys, kept for the engineer who decides on an RMA
+    (docs/remediation.md, "Evidence bundle")."""
+
+    enabled: StrictBool = True
+    """Capture a bundle before every reset and again when a run quarantines."""
+    timeout: Annotated[Duration, Span(0, "1m")] = 5.0
+    """The longest a capture may hold up the reset; past it the capture is abandoned, the
+    failure journaled and the reset goes ahead."""
+    max_bundle_bytes: StrictInt = Field(default=16 * 1024 * 1024, ge=4096, le=1 << 34)
+    """Size cap of one compressed bundle: the bulkiest sections (events, then the raw GPU
+    reads) are cut, and the cut named in the bundle, until it fits."""
+    max_total_bytes: StrictInt = Field(default=512 * 1024 * 1024, ge=4096, le=1 << 40)
+    """Every bundle together under `<state_dir>/evidence/`; the oldest go first."""
+    keep: StrictInt = Field(default=200, ge=1, le=100_000)
+    """At most this many bundles are kept; the oldest go first."""
+    events_lookback: Annotated[Duration, Span(0, "7d")] = 3600.0
+    """CPER records and kernel events since the last bundle, but no further back than this."""
+
+
 class RemediationConfig(StrictModel):
     """The whole ``remediation:`` section."""
 
@@ -378,3 +398,5 @@ class RemediationConfig(StrictModel):
     """Optional rung between reset and quarantine: a command that reboots the node."""
     fleet: FleetConfig = Field(default_factory=FleetConfig)
     """Cap on GPUs out of service and the circuit breaker."""
+    evidence: EvidenceConfig = Field(default_factory=EvidenceConfig)
+    """The evidence bundle captured before a reset and on quarantine."""

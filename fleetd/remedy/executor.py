@@ -36,6 +36,7 @@ from fleetd.remedy import verify
 from fleetd.remedy.commands import render, run_command
 from fleetd.remedy.config import RemediationConfig
 from fleetd.remedy.events import ChangeSink, EventSink, RemediationEvent, alert_key
+from fleetd.remedy.evidence import EvidenceCapture
 from fleetd.remedy.holders import KfdInspector, KfdProcess, judge, matching_agent
 from fleetd.remedy.journal import RunJournal
 from fleetd.remedy.lease import FleetLease
@@ -69,8 +70,10 @@ class Executor:
         alerts: AlertView | None = None,
         kfd: KfdInspector | None = None,
         own_pid: int | None = None,
+        evidence: EvidenceCapture | None = None,
     ) -> None:
         self.node = node
+        self.evidence = evidence
         self._cfg = config
         self._kfd = kfd or KfdInspector()
         self._own_pid = os.getpid() if own_pid is None else own_pid
@@ -455,6 +458,12 @@ class Executor:
         health = verify.assess(snapshot, run.verify_gpus)
         return m.BaselineResult(health.ue_counts, health.ce_counts)
 
+    def _capture(self, run: m.Run, cmd: m.CaptureEvidence, now: float) -> m.EvidenceResult:
+        """The bundle, within the configured time; a failure is an outcome, never raised."""
+        if self.evidence is None:
+            return m.EvidenceResult(cmd.phase, cmd.attempt, error="no evidence store configured")
+        return self.evidence.capture(run, cmd, now)
+
     def _reset(self, run: m.Run, cmd: m.ResetGpu, now: float) -> m.ResetResult:
         return m.ResetResult(_error_of(lambda: self._backend.reset_gpu(cmd.index)))
 
@@ -584,6 +593,13 @@ _WAYS: dict[type[object], _Way[Any]] = dict(
         _row(m.StopUnit, Executor._stop, _for_worker(m.StopResult), per_worker=True),
         _row(m.CheckProcesses, Executor._check_processes, _answer(m.ProcessResult(())), acts=False),
         _row(m.CaptureBaseline, Executor._baseline, _answer(m.BaselineResult()), acts=False),
+        _row(
+            m.CaptureEvidence,
+            Executor._capture,
+            lambda run, cmd: m.EvidenceResult(
+                cmd.phase, cmd.attempt, note="dry-run: nothing captured"
+            ),
+        ),
         _row(m.ResetGpu, Executor._reset, _answer(m.ResetResult())),
         _row(m.RequestReboot, Executor._reboot, _answer(m.RebootResult())),
         _row(

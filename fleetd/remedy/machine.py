@@ -34,10 +34,12 @@ from fleetd.remedy.messages import (
     BurnInResult,
     Cancel,
     CaptureBaseline,
+    CaptureEvidence,
     CheckProcesses,
     CheckReady,
     Command,
     Event,
+    EvidenceResult,
     HealthResult,
     LeaseResult,
     LoadResult,
@@ -71,6 +73,7 @@ from fleetd.remedy.messages import (
 from fleetd.remedy.run import (
     MANUAL_PLANS,
     TERMINAL,
+    Bundle,
     Plan,
     Run,
     RunSettings,
@@ -136,8 +139,8 @@ def plan_run(
 # ------------------------------------------------------------------------------------ the step
 def step(run: Run, event: Event, now: float) -> Step:
     """Advance ``run`` by one event at time ``now``; return the new run and what to do next."""
-    if run.terminal:
-        return run, []
+    if run.terminal:  # only the outcome of the capture a quarantine asked for
+        return terminal.on_terminal(run, event, now)
     if isinstance(event, Cancel):
         return terminal.cancel(run, event, now)
     if isinstance(event, Replan):
@@ -200,13 +203,16 @@ __all__ = [
     "TERMINAL",
     "AcquireLease",
     "BaselineResult",
+    "Bundle",
     "BurnInResult",
     "Cancel",
     "CaptureBaseline",
+    "CaptureEvidence",
     "CheckProcesses",
     "CheckReady",
     "Command",
     "Event",
+    "EvidenceResult",
     "HealthResult",
     "LeaseResult",
     "LoadResult",

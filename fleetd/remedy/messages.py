@@ -68,6 +68,15 @@ class CaptureBaseline:
 
 
 @dataclass(frozen=True, slots=True)
+class CaptureEvidence:
+    """Write the unit's evidence bundle for ``phase`` (``pre_reset``, ``quarantine``); a
+    capture cut short by a restart is taken again as the next ``attempt``, into a new file."""
+
+    phase: str
+    attempt: int = 1
+
+
+@dataclass(frozen=True, slots=True)
 class ResetGpu:
     index: int
 
@@ -117,6 +126,7 @@ Command = (
     | StopUnit
     | CheckProcesses
     | CaptureBaseline
+    | CaptureEvidence
     | ResetGpu
     | RequestReboot
     | Rediscover
@@ -207,6 +217,21 @@ class BaselineResult:
 
 
 @dataclass(frozen=True, slots=True)
+class EvidenceResult:
+    """Where the bundle went and its sha256; or ``error`` (timed out, disk full): recorded,
+    never a reason to skip the reset."""
+
+    phase: str
+    attempt: int = 1
+    path: str | None = None
+    sha256: str | None = None
+    size: int = 0
+    cut: tuple[str, ...] = ()
+    error: str | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class ResetResult:
     error: str | None = None
 
@@ -268,6 +293,7 @@ Event = (
     | StopResult
     | ProcessResult
     | BaselineResult
+    | EvidenceResult
     | ResetResult
     | RebootResult
     | RediscoverResult

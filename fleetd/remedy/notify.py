@@ -57,6 +57,17 @@ MILESTONES = frozenset(
 )
 """The kinds of remediation event that are notified as change events; the rest (each
 worker's step, waits, checks) stay in the journal and the event log."""
+AFTER_THE_END = frozenset({"evidence_captured", "evidence_failed"})
+"""Notified only once the run has concluded (the bundle a quarantine captures comes after
+its page); the pre-reset bundle is named in ``reset_done``'s details instead."""
+_ENDED_STATES = frozenset({"done", "quarantined", "aborted", "drained"})
+
+
+def notified(event: RemediationEvent) -> bool:
+    """Whether ``event`` becomes a change event."""
+    return event.kind in MILESTONES or (
+        event.kind in AFTER_THE_END and event.state in _ENDED_STATES
+    )
 
 
 class AlertIntake(Protocol):
@@ -88,7 +99,7 @@ class DispatcherSink:
         transitions = alert_transitions(event)
         if transitions:
             self._dispatcher.submit(transitions, now)
-        if event.kind in MILESTONES:
+        if notified(event):
             self._dispatcher.submit_change(change_event(event), now)
 
 
@@ -171,6 +182,9 @@ def _held(event: RemediationEvent, severity: Severity, state: AlertState) -> Tra
         annotations["workers"] = ", ".join(event.workers)
     if event.trigger is not None:
         annotations["trigger"] = event.trigger.describe()
+    bundles = [line for line in event.evidence if line.startswith("evidence bundle")]
+    if bundles:  # where the pre-reset state is kept, and its digest (fleetctl evidence)
+        annotations["evidence"] = "; ".join(bundles)
     labels = {"gpu": gpu, "gpus": ",".join(str(g) for g in sorted(event.gpus))}
     return _transition(HELD_ALERT, event, labels, severity, state, annotations, key={"gpu": gpu})
 

@@ -274,6 +274,7 @@ def settings_for(
         lease_retry_interval=config.fleet.lease_retry_interval,
         reboot_timeout=config.reboot.timeout if config.reboot is not None else 0.0,
         escalate_to_reboot=escalate_to_reboot,
+        capture_evidence=config.evidence.enabled,
     )
     if dry_run:
         settings = replace(

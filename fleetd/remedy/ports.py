@@ -7,7 +7,7 @@ these without importing anything from here; tests and the benchmark pass either.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from fleetd.events.afid import AfidTable
 from fleetd.model import Alert, GpuIdentity, Snapshot
@@ -105,3 +105,19 @@ class FaultEvents(Protocol):
     def incident(self, gpu: int) -> IncidentLike | None: ...
 
     def reset_evidence(self, gpus: Iterable[int], since: float) -> ResetEvidenceLike: ...
+
+
+class GpuDumper(Protocol):
+    """Everything fleetd reads of the unit's GPUs, raw (``fleetd.collect.dump.dump_unit``
+    behind the poll lock): the evidence bundle's GPU section."""
+
+    def __call__(self, indices: Sequence[int]) -> dict[str, Any]: ...
+
+
+class FaultLog(Protocol):
+    """The store's event log as the bundle reads it (``fleetd.store.events.EventLog.query``):
+    CPER records and kernel events the event sources wrote."""
+
+    def __call__(
+        self, *, kinds: Iterable[str] | None = ..., since: float | None = ..., limit: int = ...
+    ) -> Sequence[Any]: ...

@@ -141,6 +141,16 @@ class WorkerProgress:
 
 
 @dataclass(frozen=True, slots=True)
+class Bundle:
+    """One evidence bundle a run wrote: its phase, file and sha256 digest."""
+
+    phase: str
+    path: str
+    sha256: str
+    size: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class RunSettings:
     """The waits and limits a run was planned with (frozen in the journal: a reload mid-run
     does not change a run already under way)."""
@@ -162,6 +172,7 @@ class RunSettings:
     lease_retry_interval: float = 10.0
     reboot_timeout: float = 1800.0
     escalate_to_reboot: bool = False
+    capture_evidence: bool = False  # an evidence bundle before the reset and on quarantine
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +212,11 @@ class Run:
     lease_note: str | None = None
     page_on_abort: bool = False
     held_gpus: tuple[int, ...] = ()  # in the unit but held out by an earlier run: not verified
+    # evidence bundles: the capture under way (its phase and attempt, journaled before it
+    # starts, so a restart never writes into the same bundle twice) and those written
+    capturing: str = ""
+    capture_attempt: int = 0
+    bundles: tuple[Bundle, ...] = ()
 
     @property
     def terminal(self) -> bool:

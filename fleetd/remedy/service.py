@@ -18,6 +18,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from fleetd.clock import Clock
@@ -28,6 +29,7 @@ from fleetd.remedy import machine as m
 from fleetd.remedy.codec import run_to_dict
 from fleetd.remedy.config import RemediationConfig
 from fleetd.remedy.events import ChangeSink, EventSink, RemediationEvent, alert_key
+from fleetd.remedy.evidence import EvidenceCapture
 from fleetd.remedy.executor import Executor
 from fleetd.remedy.holders import KfdInspector
 from fleetd.remedy.journal import PauseState, RunJournal
@@ -60,6 +62,18 @@ class HeldGpus:
     state: str
     reason: str
     since: float
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceFile:
+    """One evidence bundle as the API serves it; ``sha256`` is the digest journaled when it
+    was written (a copy that differs was changed since)."""
+
+    run_id: str
+    phase: str
+    name: str
+    data: bytes
+    sha256: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +126,7 @@ class Remediation:
         alerts: AlertView | None = None,
         new_id: Callable[[], str] | None = None,
         kfd: KfdInspector | None = None,
+        evidence: EvidenceCapture | None = None,
     ) -> None:
         self.node = node
         self.config = config
@@ -138,6 +153,7 @@ class Remediation:
             events=events,
             alerts=alerts,
             kfd=kfd,
+            evidence=evidence,
         )
 
     def attach_events(self, events: FaultEvents) -> None:
@@ -471,6 +487,26 @@ class Remediation:
 
     def events(self, run_id: str | None = None, *, limit: int = 1000) -> list[RemediationEvent]:
         return self._journal.events(run_id=run_id, node=self.node, limit=limit)
+
+    def evidence_bundle(self, run_id: str, phase: str | None = None) -> EvidenceFile | None:
+        """A bundle the run's journal names (the newest, or that of ``phase``), read whole;
+        None when the run has none or its file is gone (retention dropped it)."""
+        run = self.run(run_id)
+        if run is None:
+            return None
+        found = [b for b in run.bundles if phase is None or b.phase == phase]
+        if not found:
+            return None
+        bundle = found[-1]
+        path = Path(bundle.path)
+        store = self.executor.evidence.store if self.executor.evidence is not None else None
+        if store is not None and path.parent.resolve() != store.directory.resolve():
+            return None  # only ever a file of the evidence directory
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return None
+        return EvidenceFile(run_id, bundle.phase, path.name, data, bundle.sha256)
 
     # ---- helpers ------------------------------------------------------------------------
     def _open(

@@ -29,8 +29,19 @@ def record(
         b"MI300X-OAM0", b"\0" * 16, b"amdgpu", b"\0" * 16, record_id, 0, 0, b"\0" * 12,
     )  # fmt: skip
     descs = b"".join(
-        SECTION.pack(offset + i * len(body), len(body), 0, 1, 0, 0, 0, _guid(kind),
-                     b"\0" * 16, severity, b"OAM0")
+        SECTION.pack(
+            offset + i * len(body),
+            len(body),
+            0,
+            1,
+            0,
+            0,
+            0,
+            _guid(kind),
+            b"\0" * 16,
+            severity,
+            b"OAM0",
+        )
         for i, kind in enumerate(kinds)
     )
     return head + descs + body * len(kinds)

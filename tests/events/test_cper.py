@@ -102,8 +102,12 @@ def test_broken_buffers_are_counted_never_raised() -> None:
     tally = Tally()
     assert decode_cper_entries(GPU, "nope", None, None, tally) == []
     good = record()
-    items = [{"bytes": signed(good), "size": len(good)}, {"bytes": "x", "size": 3}, {"size": 1},
-             {"bytes": signed(b"NOPE" + good[4:]), "size": len(good)}]
+    items = [
+        {"bytes": signed(good), "size": len(good)},
+        {"bytes": "x", "size": 3},
+        {"size": 1},
+        {"bytes": signed(b"NOPE" + good[4:]), "size": len(good)},
+    ]
     entries = {0: entry(good), 1: entry(good), 2: entry(good), 3: entry(good)}
     out = decode_cper_entries(GPU, entries, items, Decoder([]), tally)
     assert len(out) == 1
@@ -158,8 +162,9 @@ class LibError(Exception):
         self.err_code = code
 
 
-def reader(tmp: Path, amdsmi: FakeAmdSmi, boot: str = BOOT, boot_time: float = BOOT_TIME,
-           **kw: Any) -> CperReader:
+def reader(
+    tmp: Path, amdsmi: FakeAmdSmi, boot: str = BOOT, boot_time: float = BOOT_TIME, **kw: Any
+) -> CperReader:
     return CperReader(amdsmi, tmp, boot_id=boot, boot_time=boot_time, **kw)
 
 
@@ -182,8 +187,10 @@ def test_backlog_records_from_before_the_boot_are_stale(tmp_path: Path) -> None:
     smi.add(1, stamp=(2025, 12, 31, 20, 0, 0))  # before this boot
     smi.add(1, stamp=(2026, 1, 1, 0, 5, 0))  # this boot, before fleetd started
     batch = reader(tmp_path, smi).read(GPU, object(), NOW)
-    assert [(r.stale, r.stale_reason) for r in batch.records] == [(True, "before_boot"),
-                                                                   (False, None)]
+    assert [(r.stale, r.stale_reason) for r in batch.records] == [
+        (True, "before_boot"),
+        (False, None),
+    ]
     assert [r.record_id for r in batch.fresh] == ["00000002"]
 
 
@@ -212,10 +219,13 @@ def test_max_age_marks_old_backlog_stale(tmp_path: Path) -> None:
     assert (rec.stale, rec.stale_reason) == (True, "too_old")
 
 
-@pytest.mark.parametrize(("code", "status"), [(10, "no_permission"), (2, "not_supported"),
-                                              (52, "not_supported"), (16, "error")])
-def test_a_failing_call_keeps_the_cursor_and_says_why(tmp_path: Path, code: int,
-                                                      status: str) -> None:
+@pytest.mark.parametrize(
+    ("code", "status"),
+    [(10, "no_permission"), (2, "not_supported"), (52, "not_supported"), (16, "error")],
+)
+def test_a_failing_call_keeps_the_cursor_and_says_why(
+    tmp_path: Path, code: int, status: str
+) -> None:
     smi = FakeAmdSmi()
     smi.add(2)
     r = reader(tmp_path, smi)

@@ -46,8 +46,9 @@ def journal(n: int, message: str) -> str:
 
 def follower(tmp: Path, log: Path, **cfg: object) -> KernelLogFollower:
     config = KernelLogConfig(source="file", path=str(log), **cfg)  # type: ignore[arg-type]
-    return KernelLogFollower(config, tmp / "state", gpus=["0000:c1:00.0"], boot_id=BOOT,
-                             boot_time=BOOT_TIME)
+    return KernelLogFollower(
+        config, tmp / "state", gpus=["0000:c1:00.0"], boot_id=BOOT, boot_time=BOOT_TIME
+    )
 
 
 def drain(f: KernelLogFollower) -> list[str]:
@@ -308,16 +309,18 @@ def test_source_selection(
     tmp_path: Path, wanted: str, journal_ok: bool, kmsg_ok: bool, chosen: str | None
 ) -> None:
     config = KernelLogConfig(source=wanted)  # type: ignore[arg-type]
-    f = KernelLogFollower(config, tmp_path, host=host(journal_ok, kmsg_ok), boot_id=BOOT,
-                          boot_time=BOOT_TIME)
+    f = KernelLogFollower(
+        config, tmp_path, host=host(journal_ok, kmsg_ok), boot_id=BOOT, boot_time=BOOT_TIME
+    )
     source = f.select_source()
     assert (source.name if source else None) == chosen
 
 
 def test_no_source_is_counted_once_and_retried(tmp_path: Path) -> None:
     config = KernelLogConfig(source="auto", backoff_initial=2.0)
-    f = KernelLogFollower(config, tmp_path, host=host(False, False), boot_id=BOOT,
-                          boot_time=BOOT_TIME)
+    f = KernelLogFollower(
+        config, tmp_path, host=host(False, False), boot_id=BOOT, boot_time=BOOT_TIME
+    )
     assert f.step(T0) == 0 and f.step(T0 + 1) == 0
     assert f.stats()["no_source"] == 1
     f.step(T0 + 2)
@@ -355,10 +358,15 @@ def test_file_source_keys_name_the_line_offset(tmp_path: Path) -> None:
 def test_auto_falls_back_to_kmsg_when_journalctl_cannot_run(tmp_path: Path) -> None:
     fake_kmsg = tmp_path / "kmsg"
     fake_kmsg.write_text("")
-    config = KernelLogConfig(source="auto", journalctl=str(tmp_path / "missing-journalctl"),
-                             kmsg_path=str(fake_kmsg), backoff_initial=1.0)
-    f = KernelLogFollower(config, tmp_path, host=host(True, True), boot_id=BOOT,
-                          boot_time=BOOT_TIME)
+    config = KernelLogConfig(
+        source="auto",
+        journalctl=str(tmp_path / "missing-journalctl"),
+        kmsg_path=str(fake_kmsg),
+        backoff_initial=1.0,
+    )
+    f = KernelLogFollower(
+        config, tmp_path, host=host(True, True), boot_id=BOOT, boot_time=BOOT_TIME
+    )
     f.step(T0)
     assert f.stats()["journal_unavailable"] == 1
     f.step(T0 + 1)

@@ -61,8 +61,11 @@ def test_fixture_lines_count() -> None:
 
 def test_event_time_and_key_come_from_the_first_line() -> None:
     parser = KernelLogParser()
-    first = KernelLine("amdgpu 0000:c1:00.0: ring gfx_0.0.0 timeout, signaled seq=1, emitted seq=3",
-                       1000.5, "cursor-a")
+    first = KernelLine(
+        "amdgpu 0000:c1:00.0: ring gfx_0.0.0 timeout, signaled seq=1, emitted seq=3",
+        1000.5,
+        "cursor-a",
+    )
     second = KernelLine("amdgpu 0000:c1:00.0:  Process vllm pid 7 thread vllm pid 8", 1000.6, "b")
     assert parser.feed(first, NOW) == [] and parser.feed(second, NOW) == []
     (event,) = parser.flush()
@@ -151,9 +154,11 @@ def test_mutated_real_lines_never_raise() -> None:
     for _ in range(4000):
         text = rng.choice(real)
         cut = rng.randrange(len(text) + 1)
-        mutated = text[:cut] + rng.choice(["", "\x00", "9999999999999999999", "(", "]"]) + text[
-            cut + rng.randrange(3) :
-        ]
+        mutated = (
+            text[:cut]
+            + rng.choice(["", "\x00", "9999999999999999999", "(", "]"])
+            + text[cut + rng.randrange(3) :]
+        )
         parser.feed(KernelLine(mutated), NOW)
     parser.flush()
     assert parser.tally["parser_error"] == 0

@@ -62,7 +62,7 @@ def _run(answer: Answer, conn: socket.socket) -> None:
 def chunked(conn: socket.socket) -> None:
     conn.sendall(
         b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
-        b"\r\n5\r\n{\"a\":\r\n3\r\n 1}\r\n0\r\n\r\n"
+        b'\r\n5\r\n{"a":\r\n3\r\n 1}\r\n0\r\n\r\n'
     )
 
 
@@ -89,7 +89,7 @@ def test_an_agent_that_never_answers_costs_its_timeout(
 
 def test_bad_answers_are_reasons_not_exceptions(serve: Callable[[Answer], Target]) -> None:
     garbage = serve(lambda c: c.sendall(b"SSH-2.0-OpenSSH_9.2\r\n\r\n"))
-    cut = serve(lambda c: c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"a\""))
+    cut = serve(lambda c: c.sendall(b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"a"'))
     huge = serve(
         lambda c: c.sendall(
             f"HTTP/1.1 200 OK\r\nContent-Length: {MAX_RESPONSE_BYTES + 1}\r\n\r\n".encode()

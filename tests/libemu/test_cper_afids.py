@@ -91,5 +91,7 @@ def test_the_reader_decodes_sim_records_to_actions(faces: Faces, face: str, tmp_
     assert decoder is not None
     entries, _c, data, _s = a.amdsmi_get_gpu_cper_entries(h, 0b111)
     assert [r.afids for r in decode_cper_entries("g", entries, data, decoder)] == [
-        (18,), (22,), (20,)
+        (18,),
+        (22,),
+        (20,),
     ]

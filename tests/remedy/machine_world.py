@@ -81,6 +81,7 @@ class World:
     reroute_error: dict[str, str] = field(default_factory=dict)
     burn_in_error: str | None = None
     reboot_error: str | None = None
+    evidence_error: str | None = None
     log: list[object] = field(default_factory=list)
 
     def answer(self, cmd: m.Command, run: m.Run, now: float) -> m.Event | None:
@@ -98,6 +99,11 @@ class World:
             return m.ProcessResult(self.holders(now))
         if isinstance(cmd, m.CaptureBaseline):
             return self.baseline(now)
+        if isinstance(cmd, m.CaptureEvidence):
+            if self.evidence_error is not None:
+                return m.EvidenceResult(cmd.phase, cmd.attempt, error=self.evidence_error)
+            path = f"/state/evidence/{run.run_id}.{cmd.phase}.{cmd.attempt}.json.gz"
+            return m.EvidenceResult(cmd.phase, cmd.attempt, path, "ab" * 32, 1234)
         if isinstance(cmd, m.ResetGpu):
             return m.ResetResult(self.reset_error)
         if isinstance(cmd, m.RequestReboot):

@@ -160,3 +160,31 @@ def test_killed_inside_a_slow_reset_the_restarted_run_finds_the_reset_happened(
     assert node.sim.reset_count() == 1
     assert any("counters after the reset: zeroed" in line for line in run.evidence)
     assert node.fleet.workers["gpu3"].in_rotation
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_sigkill_during_the_evidence_capture_never_captures_twice_into_one_bundle(
+    node: Node, when: str
+) -> None:
+    """Killed with the capture journaled: before it wrote anything, or after its bundle was
+    in place but before its outcome was journaled. The restarted run captures again as
+    attempt 2 into a new file, names that one, and resets once."""
+    node.sim.inject(3, "ecc_uncorrectable")
+    assert node.daemon(fault=True, crash=("CaptureEvidence", when)) == -signal.SIGKILL
+    assert node.daemon(fault=False, crash=None) == 0
+    db = Database.open(node.db_url)
+    try:
+        journal = RunJournal(db)
+        [run] = journal.runs(NODE)
+        kinds = [e.kind for e in journal.events(run_id=run.run_id)]
+    finally:
+        db.dispose()
+    assert run.state is m.RunState.DONE, run.outcome
+    assert node.sim.reset_count() == 1 and kinds.count("reset_intent") == 1
+    assert kinds.count("evidence_capture_resumed") == 1
+    [bundle] = run.bundles
+    assert Path(bundle.path).name == f"{run.run_id}.pre_reset.2.json.gz"
+    on_disk = sorted(p.name for p in (node.tmp / "evidence").iterdir())
+    first = [f"{run.run_id}.pre_reset.1.json.gz"] if when == "after" else []
+    assert on_disk == [*first, f"{run.run_id}.pre_reset.2.json.gz"]

@@ -12,6 +12,7 @@ from fleetd.remedy.messages import (
     CheckProcesses,
     Command,
     Event,
+    EvidenceResult,
     LeaseResult,
     LoadResult,
     ProcessResult,
@@ -25,6 +26,7 @@ from fleetd.remedy.messages import (
     UnrouteResult,
 )
 from fleetd.remedy.run import Plan, Run, RunState, WorkerPhase, due
+from fleetd.remedy.steps import evidence
 from fleetd.remedy.steps.common import (
     Step,
     add_evidence,
@@ -263,7 +265,19 @@ def on_release_check(run: Run, event: Event, now: float) -> Step:
             counts = ", ".join(f"GPU {g}: {c:g}" for g, c in event.ue_counts) or "none reported"
             run = add_evidence(run, f"uncorrectable errors before the reset: {counts}")
         run = replace(run, ue_baseline=event.ue_counts, ce_baseline=event.ce_counts)
+        if evidence.wanted(run):  # the state the reset destroys, kept first
+            return evidence.start_capture(run, "pre_reset")
         return start_reset(run, now)
+    if isinstance(event, EvidenceResult):
+        if not evidence.expected(run, event):
+            return run, []
+        run, cmds = evidence.taken(run, event)
+        return after(cmds, start_reset(run, now))
+    if run.capturing:  # a capture under way: only its outcome or a restart moves the run
+        if isinstance(event, Resumed):
+            run, cmds = evidence.resumed(run)
+            return (run, cmds) if run.capturing else after(cmds, start_reset(run, now))
+        return run, []
     if isinstance(event, Resumed) or (isinstance(event, Tick) and due(run, now)):
         return replace(run, next_at=None), [CheckProcesses()]
     return run, []

@@ -6,7 +6,9 @@ from dataclasses import replace
 
 from fleetd.remedy.messages import (
     BurnInResult,
+    Command,
     Event,
+    EvidenceResult,
     HealthResult,
     PollHealth,
     RebootResult,
@@ -21,6 +23,7 @@ from fleetd.remedy.messages import (
     Tick,
 )
 from fleetd.remedy.run import Run, RunState, WorkerPhase, due
+from fleetd.remedy.steps import evidence
 from fleetd.remedy.steps.common import (
     Step,
     add_evidence,
@@ -59,6 +62,7 @@ def on_resetting(run: Run, event: Event, now: float) -> Step:
                 f"GPU {run.reset_target} reset once; the reset reached GPUs {gpu_list(run)} "
                 f"({_drain_report(run)}); verifying",
                 severity="warning",
+                evidence=evidence.bundle_lines(run),
             )
             return after([note], _start_verifying(run, now, "reset done"))
         run = add_evidence(run, f"reset failed: {event.error}")
@@ -78,13 +82,22 @@ def start_reboot(run: Run, now: float, why: str) -> Step:
         return quarantine(run, now, "a reboot was already requested by this run")
     deadline = now + run.settings.reboot_timeout
     run = enter(run, RunState.REBOOTING, now, deadline=deadline, reboot_count=run.reboot_count + 1)
+    capture: list[Command] = []
+    if evidence.wanted(run):  # the failure's state, before the reboot wipes it
+        run, capture = evidence.start_capture(run, "failure")
     return run, [
         Record("reboot_intent", f"{why}: requesting a node reboot", severity="warning"),
+        *capture,
         RequestReboot(),
     ]
 
 
 def on_rebooting(run: Run, event: Event, now: float) -> Step:
+    if isinstance(event, EvidenceResult):
+        return evidence.taken(run, event) if evidence.expected(run, event) else (run, [])
+    if isinstance(event, Resumed) and run.capturing:  # the reboot came: nothing to capture
+        run, cmds = evidence.given_up(run, "interrupted by the restart")
+        return after(cmds, on_rebooting(run, event, now))
     if isinstance(event, RebootResult):
         if event.error is not None:
             run = add_evidence(run, f"reboot request failed: {event.error}")

@@ -9,6 +9,7 @@ from fleetd.remedy.messages import (
     Cancel,
     Command,
     Event,
+    EvidenceResult,
     Record,
     ReleaseHolds,
     ReleaseLease,
@@ -17,6 +18,7 @@ from fleetd.remedy.messages import (
     Resumed,
 )
 from fleetd.remedy.run import Plan, Run, RunState, WorkerPhase
+from fleetd.remedy.steps import evidence
 from fleetd.remedy.steps.common import (
     Step,
     after,
@@ -32,6 +34,9 @@ from fleetd.remedy.steps.common import (
 def quarantine(run: Run, now: float, reason: str) -> Step:
     run = enter(run, RunState.QUARANTINED, now, holding=True, outcome=reason)
     out = run.out_of_rotation()
+    capture: list[Command] = []
+    if evidence.wanted(run):  # the state a human will look at, kept as it is now
+        run, capture = evidence.start_capture(run, "quarantine")
     return run, [
         Record(
             "quarantined",
@@ -40,7 +45,8 @@ def quarantine(run: Run, now: float, reason: str) -> Step:
             severity="critical",
             raise_alert=True,
             evidence=run.evidence,
-        )
+        ),
+        *capture,
     ]
 
 
@@ -147,4 +153,6 @@ def on_rolling_back(run: Run, event: Event, now: float) -> Step:
 
 
 def on_terminal(run: Run, event: Event, now: float) -> Step:
+    if isinstance(event, EvidenceResult) and evidence.expected(run, event):
+        return evidence.taken(run, event)
     return run, []
