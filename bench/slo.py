@@ -13,8 +13,7 @@ engine (engine), a traffic shift on one worker (workload), and a healthy node â€
 memory window as the daemon feeds it: detection delay (the verdict, plus the rule's
 ``for: 10m``) and a confusion table of true class against attribution. Prints one JSON line.
 
-    python -m bench.slo [--ticks 200] [--hours 24] [--scrape 30]   (as a module: bench/http.py
-    would shadow the standard library's http package)
+    python bench/slo.py [--ticks 200] [--hours 24] [--scrape 30]
 """
 
 from __future__ import annotations
