@@ -16,17 +16,27 @@ comes back opens a new incident, which fails it; the GPU stays out of service un
 concludes) or when the driver completes a reset of the GPU on its own. Any incident closes
 ``max_age`` after its last report (no run could repair it: remediation off, dry-run, a
 physical or reboot class quarantined for a person). Until then the GPU stays unhealthy.
+
+Open incidents outlive the process (``INCIDENTS_FILE`` in the state directory): a report
+read only after a restart — a kernel line the old process had not reached yet — joins the
+incident its fault already opened instead of opening a second one and paging again.
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 from fleetd.events.afid import ORDER, ActionKind
+from fleetd.events.state import StateFile
+from fleetd.logs import get_logger
+
+log = get_logger("events.incidents")
 
 Source = str  # "counters", "kernel", "cper"
 MAX_REPORTS = 20
+INCIDENTS_FILE = "incidents.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,12 +60,24 @@ class Incident:
 
 
 class IncidentBook:
-    """Open incidents per GPU (thread-safe: sources report from their own threads)."""
+    """Open incidents per GPU (thread-safe: sources report from their own threads), kept in
+    ``state`` when one is given."""
 
-    def __init__(self) -> None:
-        self._open: dict[int, Incident] = {}
+    def __init__(self, state: StateFile | None = None) -> None:
+        self._state = state
+        self._open: dict[int, Incident] = _load(state)
         self._closed: dict[int, tuple[Incident, float]] = {}  # the last closed, and when
         self._lock = threading.Lock()
+
+    def _save(self) -> None:
+        """Called with the lock held, after every change to the open incidents."""
+        if self._state is None:
+            return
+        data = {"open": [asdict(i) for i in self._open.values()]}
+        try:
+            self._state.save(data)
+        except OSError as exc:
+            log.warning("incidents_not_saved", error=repr(exc))
 
     def report(
         self,
@@ -80,6 +102,7 @@ class IncidentBook:
                     classified,
                 )  # fmt: skip
                 self._open[gpu] = incident
+                self._save()
                 return incident, True
             more_severe = ORDER[action] > ORDER[current.action]
             incident = replace(
@@ -91,6 +114,7 @@ class IncidentBook:
                 classified=current.classified or classified,
             )
             self._open[gpu] = incident
+            self._save()
             return incident, False
 
     def get(self, gpu: int) -> Incident | None:
@@ -106,6 +130,7 @@ class IncidentBook:
             incident = self._open.pop(gpu, None)
             if incident is not None:
                 self._closed[gpu] = (incident, at)
+                self._save()
             return incident
 
     def closed(self, now: float, keep: float) -> list[Incident]:
@@ -124,4 +149,29 @@ class IncidentBook:
             for incident in old:
                 del self._open[incident.gpu]
                 self._closed[incident.gpu] = (incident, now)
+            if old:
+                self._save()
             return old
+
+
+def _load(state: StateFile | None) -> dict[int, Incident]:
+    """The incidents open when the last process stopped; an unreadable file starts afresh."""
+    data = None if state is None else state.load()
+    loaded: dict[int, Incident] = {}
+    for item in (data or {}).get("open", []):
+        try:
+            incident = _incident(item)
+        except (TypeError, ValueError, KeyError) as exc:
+            log.warning("incident_not_restored", error=repr(exc))
+            continue
+        loaded[incident.gpu] = incident
+    return loaded
+
+
+def _incident(item: Any) -> Incident:
+    if not isinstance(item, dict):
+        raise TypeError(f"not an object: {item!r}")
+    incident = Incident(**{**item, "reports": tuple(item.get("reports", ()))})
+    if incident.action not in ORDER or not isinstance(incident.gpu, int):
+        raise ValueError(f"not an incident: {item!r}")
+    return incident

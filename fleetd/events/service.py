@@ -44,8 +44,9 @@ from fleetd.events.cper import CperBatch, CperReader, CperRecord
 from fleetd.events.driver_events import AmdSmiEventSource, DriverEvent
 from fleetd.events.follow import KernelLogConfig, KernelLogFollower
 from fleetd.events.host import read_boot_id, read_boot_time
-from fleetd.events.incidents import Incident, IncidentBook
+from fleetd.events.incidents import INCIDENTS_FILE, Incident, IncidentBook
 from fleetd.events.model import KernelEvent
+from fleetd.events.state import StateFile
 from fleetd.logs import get_logger
 from fleetd.model import Reading, label_value, make_labels
 
@@ -130,7 +131,7 @@ class EventService:
         self.now = now
         self.started_at = now()
         self.afids = AfidTable.load(config.cper.afid_overrides)
-        self.incidents = IncidentBook()
+        self.incidents = IncidentBook(StateFile(state_dir, INCIDENTS_FILE))
         self._lock = threading.Lock()
         self._kernel: dict[tuple[int, str, str], tuple[int, float]] = {}
         self._driver: dict[tuple[int, str], tuple[int, float]] = {}

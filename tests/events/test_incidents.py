@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from fleetd.events.config import EventsConfig
-from fleetd.events.incidents import IncidentBook
+from fleetd.events.incidents import INCIDENTS_FILE, IncidentBook
 from fleetd.events.model import KernelEvent
 from fleetd.events.service import EventService, severity_mask
+from fleetd.events.state import StateFile
 from fleetd.model import GpuIdentity, Reading, label_value, make_labels
 
 T0 = 1_800_000_000.0
@@ -115,6 +116,21 @@ class World:
 
 def kernel(kind: str, bdf: str, key: str, **fields: Any) -> KernelEvent:
     return KernelEvent(kind, bdf, T0, fields, (f"amdgpu {bdf}: {kind}",), key)  # type: ignore[arg-type]
+
+
+def test_an_open_incident_outlives_a_restart_so_a_late_report_joins_it(tmp_path: Path) -> None:
+    book = IncidentBook(StateFile(tmp_path, INCIDENTS_FILE))
+    book.report(3, "counters", T0, severity="uncorrectable", action="reset", why="ECC counters")
+    book.report(5, "kernel", T0, severity="poison", action="reset", why="poison")
+    book.close(5, T0 + 1)
+    # the next process: the kernel line of GPU 3's fault, read only now, joins its incident
+    again = IncidentBook(StateFile(tmp_path, INCIDENTS_FILE))
+    assert [i.gpu for i in again.all()] == [3]
+    joined, opened = again.report(3, "kernel", T0 + 20, severity="uncorrectable",
+                                  action="reset", why="amdgpu: 1 new uncorrectable")  # fmt: skip
+    assert not opened and joined.source == "counters" and len(joined.reports) == 2
+    (tmp_path / INCIDENTS_FILE).write_text('{"open": [{"gpu": "x"}, 7]}')
+    assert IncidentBook(StateFile(tmp_path, INCIDENTS_FILE)).all() == []  # unreadable: afresh
 
 
 def test_a_kernel_line_the_counters_and_a_cper_report_are_one_incident(tmp_path: Path) -> None:
