@@ -18,6 +18,7 @@ from fleetd.remedy.ports import AlertView, GpuControl, HealthPoller
 from fleetd.remedy.service import Remediation
 from fleetd.remedy.workers import CommandWorkers, SystemdWorkers, WorkerAdapter
 from fleetd.store.db import Database
+from fleetd.vllm.benchmark import BASELINE_FILE, BaselineStore, BenchmarkGate
 
 
 def build_adapter(config: FleetdConfig) -> WorkerAdapter:
@@ -64,4 +65,7 @@ def build_remediation(
         events=events,
         alerts=alerts,
         kfd=kfd,
+        benchmark=BenchmarkGate(
+            config.vllm.benchmark, BaselineStore(config.state_dir / BASELINE_FILE)
+        ),
     )

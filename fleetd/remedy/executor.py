@@ -41,6 +41,7 @@ from fleetd.remedy.journal import RunJournal
 from fleetd.remedy.lease import FleetLease
 from fleetd.remedy.ports import AlertView, FaultEvents, GpuControl, HealthPoller
 from fleetd.remedy.workers.base import WorkerAdapter
+from fleetd.vllm.benchmark import BenchmarkGate
 from fleetd.vllm.client import WorkerGone
 from fleetd.vllm.config import VllmWorkerConfig
 
@@ -69,8 +70,10 @@ class Executor:
         alerts: AlertView | None = None,
         kfd: KfdInspector | None = None,
         own_pid: int | None = None,
+        benchmark: BenchmarkGate | None = None,
     ) -> None:
         self.node = node
+        self._benchmark = benchmark
         self._cfg = config
         self._kfd = kfd or KfdInspector()
         self._own_pid = os.getpid() if own_pid is None else own_pid
@@ -409,7 +412,15 @@ class Executor:
             readiness = self._adapter.ready(self._worker(name))
         except Exception as exc:
             return m.ReadyResult(name, False, _describe(exc))
-        return m.ReadyResult(name, readiness.ready, readiness.detail)
+        if not readiness.ready or self._benchmark is None:
+            return m.ReadyResult(name, readiness.ready, readiness.detail)
+        # after the 1-token completion: the probe against the baseline captured when healthy
+        verdict = self._benchmark.check(self._worker(name), readiness.model)
+        if verdict is None:
+            return m.ReadyResult(name, True, readiness.detail)
+        return m.ReadyResult(
+            name, True, readiness.detail, benchmark=verdict.detail, below_baseline=not verdict.ok
+        )
 
     def _check_processes(self, run: m.Run, cmd: m.CheckProcesses, now: float) -> m.ProcessResult:
         """Who still holds the unit's GPUs (and, before a reset, any KFD process on the node);

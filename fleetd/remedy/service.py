@@ -45,6 +45,7 @@ from fleetd.remedy.policy import (
 )
 from fleetd.remedy.ports import AlertView, FaultEvents, GpuControl, HealthPoller
 from fleetd.remedy.workers.base import WorkerAdapter
+from fleetd.vllm.benchmark import BenchmarkGate
 from fleetd.vllm.config import VllmWorkerConfig
 
 log = get_logger("remedy")
@@ -112,9 +113,11 @@ class Remediation:
         alerts: AlertView | None = None,
         new_id: Callable[[], str] | None = None,
         kfd: KfdInspector | None = None,
+        benchmark: BenchmarkGate | None = None,
     ) -> None:
         self.node = node
         self.config = config
+        self.benchmark = benchmark
         self._workers = list(workers)
         self._backend = backend
         self._journal = journal
@@ -137,6 +140,7 @@ class Remediation:
             events=events,
             alerts=alerts,
             kfd=kfd,
+            benchmark=benchmark,
         )
 
     def attach_events(self, events: FaultEvents) -> None:

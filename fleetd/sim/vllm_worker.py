@@ -104,6 +104,9 @@ REQUEST_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.
                    60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
 PREFILL_S = 0.08  # prefill of the stand-in's prompt at full speed
 PROMPT_TOKENS = 512
+# a streamed completion (the readmission benchmark's probe) takes real time, at the GPUs' speed
+STREAM_TTFT_S = 0.02
+STREAM_ITL_S = 0.004
 PREFIX_HIT_SHARE = 0.25  # of prompt tokens found in the prefix cache (a shared system prompt)
 HISTOGRAMS = (
     ("vllm:time_to_first_token_seconds", TTFT_BUCKETS),
@@ -559,6 +562,9 @@ def _handler_for(worker: StandInVllm) -> type[BaseHTTPRequestHandler]:
             if not worker.wait_for_engine():
                 self.close_connection = True  # queued behind a hung engine: never answered
                 return
+            if request.get("stream"):
+                self._stream(int(request.get("max_tokens") or 16))
+                return
             reply = {
                 "id": "cmpl-standin",
                 "object": "text_completion",
@@ -567,6 +573,29 @@ def _handler_for(worker: StandInVllm) -> type[BaseHTTPRequestHandler]:
                 "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
             }
             self._send(200, json.dumps(reply).encode())
+
+        def _stream(self, tokens: int) -> None:
+            """Server-sent events, one token a chunk, paced by the simulated GPUs' speed now
+            (clocks latched low make it slower), as vLLM streams a completion."""
+            speed = max(0.05, worker.speed() * worker.engine_speed)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            pause = threading.Event()
+            for i in range(min(tokens, 4096)):
+                # pacing a reply in wall time is the stand-in's model of the GPU, not a test wait
+                pause.wait((STREAM_TTFT_S if i == 0 else STREAM_ITL_S) / speed)
+                chunk = {
+                    "object": "text_completion",
+                    "model": worker.model,
+                    "choices": [{"index": 0, "text": f" t{i}"}],
+                }
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.flush()
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
 
     return Handler
 
