@@ -23,7 +23,10 @@ from fleetd.vllm.benchmark import (
 )
 from fleetd.vllm.config import BenchmarkConfig, VllmConfig, VllmWorkerConfig
 
-FAST = BenchmarkConfig(requests=3, max_tokens=6, timeout=5.0)
+FAST = BenchmarkConfig(requests=3, max_tokens=6, warmup=0, latency_factor=1.5, timeout=5.0)
+# against the live stand-in only tokens/s decides: a p99 of 3 requests is their worst, which
+# scheduling on a loaded test machine moves a lot
+LIVE = FAST.model_copy(update={"latency_factor": None})
 MODEL = "stand-in/llama-70b"
 
 
@@ -61,6 +64,8 @@ def test_compare_passes_within_tolerance_and_names_each_figure_that_falls_short(
     assert "TTFT" not in slow.detail
     late = compare(result(ttft=0.05), base, FAST)
     assert not late.ok and late.detail.startswith("below baseline: TTFT p99 50.0 ms")
+    loose = FAST.model_copy(update={"latency_factor": None})
+    assert compare(result(ttft=0.5, tpot=0.1), base, loose).ok  # tokens/s alone decides
     strict = compare(result(tps=85.0), base, FAST.model_copy(update={"tolerance": 0.9}))
     assert not strict.ok
 
@@ -75,14 +80,14 @@ def test_config_defaults_and_errors() -> None:
 def test_probe_speed_follows_the_simulated_gpu(fleet: StandInFleet) -> None:
     w = fleet.add("w", [0], model=MODEL)
     with requests.Session() as session:
-        healthy = run_probe(session, config(w), FAST)
+        healthy = run_probe(session, config(w), LIVE)
         w.speed = lambda: 0.3  # clocks latched at about a third
-        slow = run_probe(session, config(w), FAST)
+        slow = run_probe(session, config(w), LIVE)
     assert healthy.tokens == 18 and healthy.requests == 3 and healthy.model == MODEL
     assert slow.tokens_per_s < 0.6 * healthy.tokens_per_s
-    assert slow.tpot_p99_s > 2 * healthy.tpot_p99_s
-    assert not compare(slow, healthy, FAST).ok
-    assert compare(healthy, healthy, FAST).ok
+    assert slow.tpot_p99_s > healthy.tpot_p99_s
+    assert not compare(slow, healthy, LIVE).ok
+    assert compare(healthy, healthy, LIVE).ok
 
 
 def test_store_round_trip_replaces_per_worker_and_ignores_other_models(tmp_path: Path) -> None:
@@ -101,7 +106,7 @@ def test_gate_skips_without_baseline_captures_and_then_compares(
     fleet: StandInFleet, tmp_path: Path
 ) -> None:
     w = fleet.add("w", [0], model=MODEL)
-    gate = BenchmarkGate(FAST, BaselineStore(tmp_path / "b.json"))
+    gate = BenchmarkGate(LIVE, BaselineStore(tmp_path / "b.json"))
     skipped = gate.check(config(w), MODEL)
     assert skipped is not None and skipped.ok
     assert skipped.detail == f"benchmark skipped: no baseline for w ({MODEL})"
@@ -112,7 +117,7 @@ def test_gate_skips_without_baseline_captures_and_then_compares(
     w.engine_speed = 0.3
     failed = gate.check(config(w), MODEL)
     assert failed is not None and not failed.ok and "tok/s <" in failed.detail
-    off = BenchmarkGate(FAST.model_copy(update={"enabled": False}), gate.store)
+    off = BenchmarkGate(LIVE.model_copy(update={"enabled": False}), gate.store)
     assert off.check(config(w), MODEL) is None
 
 
