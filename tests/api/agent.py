@@ -128,6 +128,7 @@ def start_agent(
     tls: tuple[Path, Path] | None = None,
     labels: dict[str, str] | None = None,
     rules: dict[str, object] | None = None,
+    vllm: dict[str, object] | None = None,
 ) -> Agent:
     """Build and start an agent whose files live under ``tmp``."""
     clock = clock or FakeClock()
@@ -143,6 +144,8 @@ def start_agent(
         if with_remediation
         else {"mode": "off"},
     }
+    if vllm is not None:
+        data["vllm"] = vllm
     if tls is not None:
         data["http"] |= {"tls_cert": str(tls[0]), "tls_key": str(tls[1])}
     sim = build_node(model, seed=seed, clock=clock)

@@ -121,9 +121,7 @@ def test_gate_skips_without_baseline_captures_and_then_compares(
     assert off.check(config(w), MODEL) is None
 
 
-def test_a_probe_that_cannot_run_is_a_failure_with_why(
-    fleet: StandInFleet, tmp_path: Path
-) -> None:
+def test_a_probe_that_cannot_run_is_a_failure_with_why(fleet: StandInFleet, tmp_path: Path) -> None:
     w = fleet.add("w", [0], model=MODEL)
     gate = BenchmarkGate(FAST, BaselineStore(tmp_path / "b.json"))
     gate.capture([config(w)], now=1.0)
