@@ -418,6 +418,11 @@ class Executor:
         verdict = self._benchmark.check(self._worker(name), readiness.model)
         if verdict is None:
             return m.ReadyResult(name, True, readiness.detail)
+        if not verdict.ok and getattr(self._adapter, "undrained_when_ready", False):
+            # the command adapter's probe undrained it already: out again before it is held
+            error = self._worker_call(name, self._adapter.unroute)
+            if error is not None:
+                verdict = replace(verdict, detail=f"{verdict.detail}; drain again failed: {error}")
         return m.ReadyResult(
             name, True, readiness.detail, benchmark=verdict.detail, below_baseline=not verdict.ok
         )
