@@ -250,12 +250,10 @@ class BenchmarkGate:
         cfg: BenchmarkConfig,
         store: BaselineStore,
         *,
-        session: requests.Session | None = None,
         timer: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.cfg = cfg
         self.store = store
-        self._session = session or requests.Session()
         self._timer = timer
 
     def capture(self, workers: Sequence[VllmWorkerConfig], now: float) -> list[Baseline]:
@@ -263,7 +261,8 @@ class BenchmarkGate:
         taken: list[Baseline] = []
         for w in workers:
             try:
-                result = run_probe(self._session, w, self.cfg, timer=self._timer)
+                with requests.Session() as session:
+                    result = run_probe(session, w, self.cfg, timer=self._timer)
             except ProbeError as exc:
                 raise ProbeError(f"{w.name}: {exc}") from None
             taken.append(Baseline(w.name, now, result))
@@ -279,7 +278,9 @@ class BenchmarkGate:
         if baseline is None:
             return Verdict(True, f"benchmark skipped: no baseline for {worker.name} ({model})")
         try:
-            result = run_probe(self._session, worker, self.cfg, model=model, timer=self._timer)
+            # a session per probe: the executor may check several workers side by side
+            with requests.Session() as session:
+                result = run_probe(session, worker, self.cfg, model=model, timer=self._timer)
         except ProbeError as exc:
             return Verdict(False, f"benchmark probe failed: {exc}")
         return compare(result, baseline.result, self.cfg)
