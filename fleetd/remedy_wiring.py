@@ -26,6 +26,7 @@ from fleetd.remedy.service import Remediation
 from fleetd.remedy.workers import CommandWorkers, SystemdWorkers, WorkerAdapter
 from fleetd.store.db import Database
 from fleetd.store.events import EventLog
+from fleetd.vllm.benchmark import BASELINE_FILE, BaselineStore, BenchmarkGate
 
 EVIDENCE_DIR = "evidence"
 
@@ -76,6 +77,9 @@ def build_remediation(
         alerts=alerts,
         kfd=kfd,
         evidence=build_evidence(config, db=db, journal=journal, backend=backend, alerts=alerts),
+        benchmark=BenchmarkGate(
+            config.vllm.benchmark, BaselineStore(config.state_dir / BASELINE_FILE)
+        ),
     )
 
 

@@ -37,6 +37,7 @@ from fleetd.api.views import (
 from fleetd.configbase import Secret, parse_duration
 from fleetd.errors import ConfigError, RemedyError, StoreError
 from fleetd.logs import get_logger
+from fleetd.vllm.benchmark import baseline_dict
 
 API_PREFIX = "/api/v1"
 ACTION_EVENT_KIND = "operator_action"
@@ -178,6 +179,8 @@ class _Api:
             ("POST", "/remediation/pause", self.pause),
             ("POST", "/remediation/resume", self.resume),
             ("POST", "/remediation/breaker/reset", self.reset_breaker),
+            ("GET", "/remediation/baseline", self.baseline),
+            ("POST", "/remediation/baseline/capture", self.capture_baseline),
             ("GET", "/events", self.events),
             ("GET", "/rules", self.rules),
             ("POST", "/reload", self.reload),
@@ -491,6 +494,20 @@ class _Api:
             return {"pause": pause_view(remedy.status().paused)}
 
         return self._act("pause", actor, body, "remediation paused", do)
+
+    def baseline(self, request: Request) -> Response:
+        remedy = self._remedy()
+        return Response.json({"baselines": [baseline_dict(b) for b in remedy.baselines()]})
+
+    def capture_baseline(self, request: Request) -> Response:
+        body, actor = self._mutation(request, ActionBody)
+
+        def do() -> Json:
+            remedy = self._remedy()
+            taken = remedy.capture_baseline(who=actor.describe(), why=body.reason, now=self.s.now())
+            return {"baselines": [baseline_dict(b) for b in taken]}
+
+        return self._act("baseline_capture", actor, body, "benchmark baseline captured", do)
 
     def resume(self, request: Request) -> Response:
         body, actor = self._mutation(request, ActionBody)

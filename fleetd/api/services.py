@@ -27,6 +27,7 @@ from fleetd.rules.engine import RuleEngine
 from fleetd.rules.health import NodeHealth
 from fleetd.rules.state import AlertEntry
 from fleetd.store.events import Event, EventLog
+from fleetd.vllm.benchmark import Baseline
 
 
 class RemediationControl(Protocol):
@@ -62,6 +63,14 @@ class RemediationControl(Protocol):
 
     def undrain(self, gpu: int, *, who: str, why: str, now: float) -> str:
         """Bring back every worker held by the run(s) holding ``gpu``; the new run's id."""
+        ...
+
+    def baselines(self) -> list[Baseline]:
+        """The readmission benchmark's baselines, one per worker."""
+        ...
+
+    def capture_baseline(self, *, who: str, why: str, now: float) -> list[Baseline]:
+        """Probe every worker on a healthy hive and store the figures."""
         ...
 
     def cancel(self, run_id: str, *, who: str, why: str, now: float) -> Run: ...

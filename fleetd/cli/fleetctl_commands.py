@@ -629,6 +629,73 @@ remediation_group.command(
 )
 
 
+# ---------------------------------------------------------------------------------- baseline
+@click.group("baseline")
+def baseline_group() -> None:
+    """The readmission benchmark's baselines: capture on a healthy hive, show."""
+
+
+BASELINE_COLUMNS = (
+    Column("NODE"),
+    Column("WORKER"),
+    Column("MODEL"),
+    Column("TOK/S", "right"),
+    Column("TTFT P99", "right"),
+    Column("TPOT P99", "right"),
+    Column("CAPTURED"),
+)
+
+
+def _baseline_rows(node: str, baselines: list[dict[str, Any]]) -> list[list[Cell]]:
+    return [
+        [
+            Cell(node),
+            Cell(b["worker"]),
+            Cell(b["model"]),
+            Cell(f"{b['tokens_per_s']:.1f}"),
+            Cell(f"{b['ttft_p99_s'] * 1000:.1f} ms"),
+            Cell(f"{b['tpot_p99_s'] * 1000:.1f} ms"),
+            Cell(clock(b["captured_at"])),
+        ]
+        for b in baselines
+    ]
+
+
+@baseline_group.command("capture")
+@click.argument("node")
+@reason_option
+@click.option("--json", "as_json", is_flag=True)
+@fleet_options
+def baseline_capture(node: str, reason: str, as_json: bool, **kw: Any) -> None:
+    """Probe every vLLM worker of NODE (a healthy hive: refused while a remediation run is
+    active or GPUs are held) and store the figures re-admission compares against after a
+    reset. The probe takes a while: give a --timeout long enough for it."""
+    fleet = _fleet(kw)
+    data = change(fleet, node, "/remediation/baseline/capture", {"reason": reason})
+    if as_json:
+        _echo_json(data)
+        return
+    fleet.echo(
+        render_table(BASELINE_COLUMNS, _baseline_rows(node, data["baselines"]), fleet.painter)
+    )
+
+
+@baseline_group.command("show")
+@click.argument("node")
+@click.option("--json", "as_json", is_flag=True)
+@fleet_options
+def baseline_show(node: str, as_json: bool, **kw: Any) -> None:
+    """The baselines NODE holds, one per worker."""
+    fleet = _fleet(kw)
+    data = read(fleet, node, "/remediation/baseline")
+    if as_json:
+        _echo_json(data)
+        return
+    fleet.echo(
+        render_table(BASELINE_COLUMNS, _baseline_rows(node, data["baselines"]), fleet.painter)
+    )
+
+
 # ----------------------------------------------------------------------------------- history
 EVENT_COLUMNS = (
     Column("TIME"),
@@ -820,6 +887,7 @@ COMMANDS: Sequence[click.Command] = (
     drain_command,
     undrain_command,
     remediation_group,
+    baseline_group,
     history_command,
     explain_command,
     reload_command,

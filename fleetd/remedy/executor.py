@@ -42,6 +42,7 @@ from fleetd.remedy.journal import RunJournal
 from fleetd.remedy.lease import FleetLease
 from fleetd.remedy.ports import AlertView, FaultEvents, GpuControl, HealthPoller
 from fleetd.remedy.workers.base import WorkerAdapter
+from fleetd.vllm.benchmark import BenchmarkGate
 from fleetd.vllm.client import WorkerGone
 from fleetd.vllm.config import VllmWorkerConfig
 
@@ -71,9 +72,11 @@ class Executor:
         kfd: KfdInspector | None = None,
         own_pid: int | None = None,
         evidence: EvidenceCapture | None = None,
+        benchmark: BenchmarkGate | None = None,
     ) -> None:
         self.node = node
         self.evidence = evidence
+        self._benchmark = benchmark
         self._cfg = config
         self._kfd = kfd or KfdInspector()
         self._own_pid = os.getpid() if own_pid is None else own_pid
@@ -416,7 +419,20 @@ class Executor:
             readiness = self._adapter.ready(self._worker(name))
         except Exception as exc:
             return m.ReadyResult(name, False, _describe(exc))
-        return m.ReadyResult(name, readiness.ready, readiness.detail)
+        if not readiness.ready or self._benchmark is None:
+            return m.ReadyResult(name, readiness.ready, readiness.detail)
+        # after the 1-token completion: the probe against the baseline captured when healthy
+        verdict = self._benchmark.check(self._worker(name), readiness.model)
+        if verdict is None:
+            return m.ReadyResult(name, True, readiness.detail)
+        if not verdict.ok and getattr(self._adapter, "undrained_when_ready", False):
+            # the command adapter's probe undrained it already: out again before it is held
+            error = self._worker_call(name, self._adapter.unroute)
+            if error is not None:
+                verdict = replace(verdict, detail=f"{verdict.detail}; drain again failed: {error}")
+        return m.ReadyResult(
+            name, True, readiness.detail, benchmark=verdict.detail, below_baseline=not verdict.ok
+        )
 
     def _check_processes(self, run: m.Run, cmd: m.CheckProcesses, now: float) -> m.ProcessResult:
         """Who still holds the unit's GPUs (and, before a reset, any KFD process on the node);

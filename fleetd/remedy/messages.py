@@ -274,6 +274,8 @@ class ReadyResult:
     worker: str
     ready: bool
     detail: str = ""
+    benchmark: str = ""  # the benchmark gate's word (figures, or why it was skipped)
+    below_baseline: bool = False  # serving, but slower than its baseline: quarantine
 
 
 @dataclass(frozen=True, slots=True)

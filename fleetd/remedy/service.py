@@ -47,6 +47,7 @@ from fleetd.remedy.policy import (
 )
 from fleetd.remedy.ports import AlertView, FaultEvents, GpuControl, HealthPoller
 from fleetd.remedy.workers.base import WorkerAdapter
+from fleetd.vllm.benchmark import Baseline, BenchmarkGate, ProbeError
 from fleetd.vllm.config import VllmWorkerConfig
 
 log = get_logger("remedy")
@@ -127,9 +128,11 @@ class Remediation:
         new_id: Callable[[], str] | None = None,
         kfd: KfdInspector | None = None,
         evidence: EvidenceCapture | None = None,
+        benchmark: BenchmarkGate | None = None,
     ) -> None:
         self.node = node
         self.config = config
+        self.benchmark = benchmark
         self._local_mode = config.mode  # fleetd.yaml's; a registry wave may set another
         self._workers = list(workers)
         self._backend = backend
@@ -154,6 +157,7 @@ class Remediation:
             alerts=alerts,
             kfd=kfd,
             evidence=evidence,
+            benchmark=benchmark,
         )
 
     def attach_events(self, events: FaultEvents) -> None:
@@ -448,6 +452,34 @@ class Remediation:
             active=tuple(self.executor.active()),
             held=held,
         )
+
+    # ---- the readmission benchmark ------------------------------------------------------
+    def baselines(self) -> list[Baseline]:
+        """The benchmark baselines this node holds, one per worker."""
+        if self.benchmark is None:
+            return []
+        return sorted(self.benchmark.store.load().values(), key=lambda b: b.worker)
+
+    def capture_baseline(self, *, who: str, why: str, now: float) -> list[Baseline]:
+        """Probe every worker and store the figures re-admission compares against. Only on a
+        healthy hive: refused while a run is active or GPUs are held out of service (a
+        baseline taken on a degraded GPU would wave the same fault through later)."""
+        if self.benchmark is None:
+            raise RemedyError("the readmission benchmark is not available on this node")
+        if not self._workers:
+            raise RemedyError("no vLLM workers configured (vllm.workers)")
+        status = self.status()
+        if status.active or status.held:
+            busy = [r.run_id for r in status.active] + [h.run_id for h in status.held]
+            raise RemedyError(
+                f"not a healthy hive: remediation runs active or holding GPUs ({', '.join(busy)})"
+            )
+        try:
+            taken = self.benchmark.capture(self._workers, now)
+        except ProbeError as exc:
+            raise RemedyError(f"benchmark probe failed: {exc}") from None
+        log.info("benchmark_baseline_captured", who=who, why=why, workers=len(taken))
+        return taken
 
     def metrics(self, now: float) -> list[Reading]:
         """The ``fleetd_remediation_*`` series of the catalog (for the exporter's group)."""

@@ -512,13 +512,18 @@ class SimNode:
         lo, hi = gpu.spec.gfx_clk_mhz
         busy = gpu.load >= 0.02
         clock = lo + (hi - lo) * (0.55 + 0.45 * gpu.load) if busy else 132.0  # deep sleep
+        return round(clock * self.throttle_factor(gpu))
+
+    def throttle_factor(self, gpu: SimGpu) -> float:
+        """What the active throttlers leave of the clock (1.0: none), whatever the load."""
+        factor = 1.0
         throttle = self.throttle_state(gpu)
         if throttle.thermal:
-            clock *= 0.7
+            factor *= 0.7
         if throttle.ppt:
             demand = self._demand(gpu, self.active_faults(gpu.index))
-            clock *= max(0.6, gpu.spec.power_cap_w / demand)
-        return round(clock)
+            factor *= max(0.6, gpu.spec.power_cap_w / demand)
+        return factor
 
     def pcie_link(self, gpu_index: int) -> tuple[int, int]:
         """(width lanes, speed MT/s) of the host link right now."""

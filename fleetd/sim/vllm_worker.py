@@ -104,6 +104,9 @@ REQUEST_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.
                    60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
 PREFILL_S = 0.08  # prefill of the stand-in's prompt at full speed
 PROMPT_TOKENS = 512
+# a streamed completion (the readmission benchmark's probe) takes real time, at the GPUs' speed
+STREAM_TTFT_S = 0.03
+STREAM_ITL_S = 0.008
 PREFIX_HIT_SHARE = 0.25  # of prompt tokens found in the prefix cache (a shared system prompt)
 HISTOGRAMS = (
     ("vllm:time_to_first_token_seconds", TTFT_BUCKETS),
@@ -140,14 +143,17 @@ class _Hist:
         return "\n".join(lines) + "\n"
 
 
-def sim_speed(node: object, gpus: Sequence[int]) -> float:
+def sim_speed(node: object, gpus: Sequence[int], *, busy: bool = False) -> float:
     """How fast the worker's GPUs run now, 0-1, for the slowest GPU (a tensor-parallel step
     waits for it): its gfx clock over what it would be at its load unthrottled, times the host
     link's share of its full bandwidth (a link trained down to half costs a quarter: the
-    stand-in's model of the host traffic in every decode step)."""
+    stand-in's model of the host traffic in every decode step). ``busy``: as the GPU would run
+    the request being answered even when the node's load says idle (a probe right after a
+    reset, whose clocks may be latched low)."""
     speeds = [1.0]
     sim_gpus = getattr(node, "gpus", None)
     clock_of = getattr(node, "gfx_clock_mhz", None)
+    factor_of = getattr(node, "throttle_factor", None)
     link_of = getattr(node, "pcie_link", None)
     if sim_gpus is None or clock_of is None:
         return 1.0
@@ -158,9 +164,12 @@ def sim_speed(node: object, gpus: Sequence[int]) -> float:
         gpu = sim_gpus[index]
         lo, hi = gpu.spec.gfx_clk_mhz
         if gpu.load < 0.02:
-            continue
-        nominal = lo + (hi - lo) * (0.55 + 0.45 * gpu.load)
-        speed = min(1.0, max(0.05, clock_of(gpu) / nominal))
+            if not busy or factor_of is None:
+                continue
+            speed = min(1.0, max(0.05, factor_of(gpu)))
+        else:
+            nominal = lo + (hi - lo) * (0.55 + 0.45 * gpu.load)
+            speed = min(1.0, max(0.05, clock_of(gpu) / nominal))
         if link_of is not None:
             width, mts = link_of(index)
             full = gpu.spec.pcie_max_width * gpu.spec.pcie_max_speed_mts
@@ -219,6 +228,8 @@ class StandInVllm:
         self.held_completions = 0  # completions a hung engine has queued and never answered
         self._closed = False
         self.speed: Callable[[], float] = lambda: 1.0  # the GPUs' speed now, 0-1
+        # a streamed reply's speed (the GPUs busy with it); unset: ``speed``
+        self.probe_speed: Callable[[], float] | None = None
         self.engine_speed = 1.0  # < 1: a slow engine on healthy GPUs (a bad build, a setting)
         self.batch_penalty = 0.0  # per extra running request: bigger batches decode slower
         self.prompt_tokens = PROMPT_TOKENS  # per request; prefill time grows with it
@@ -559,6 +570,9 @@ def _handler_for(worker: StandInVllm) -> type[BaseHTTPRequestHandler]:
             if not worker.wait_for_engine():
                 self.close_connection = True  # queued behind a hung engine: never answered
                 return
+            if request.get("stream"):
+                self._stream(int(request.get("max_tokens") or 16))
+                return
             reply = {
                 "id": "cmpl-standin",
                 "object": "text_completion",
@@ -567,6 +581,32 @@ def _handler_for(worker: StandInVllm) -> type[BaseHTTPRequestHandler]:
                 "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
             }
             self._send(200, json.dumps(reply).encode())
+
+        def _stream(self, tokens: int) -> None:
+            """Server-sent events, one token a chunk, paced by the simulated GPUs' speed now
+            (clocks latched low make it slower), as vLLM streams a completion."""
+            gpus = worker.probe_speed() if worker.probe_speed is not None else worker.speed()
+            speed = max(0.05, gpus * worker.engine_speed)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")  # as uvicorn streams it
+            self.end_headers()
+            pause = threading.Event()
+            for i in range(min(tokens, 4096)):
+                # pacing a reply in wall time is the stand-in's model of the GPU, not a test wait
+                pause.wait((STREAM_TTFT_S if i == 0 else STREAM_ITL_S) / speed)
+                chunk = {
+                    "object": "text_completion",
+                    "model": worker.model,
+                    "choices": [{"index": 0, "text": f" t{i}"}],
+                }
+                self._chunk(f"data: {json.dumps(chunk)}\n\n".encode())
+            self._chunk(b"data: [DONE]\n\n")
+            self._chunk(b"")
+
+        def _chunk(self, data: bytes) -> None:
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
 
     return Handler
 
@@ -614,6 +654,7 @@ class StandInFleet:
         if self._processes is not None:
             node, served = self._processes, tuple(gpus)
             worker.speed = lambda: sim_speed(node, served)
+            worker.probe_speed = lambda: sim_speed(node, served, busy=True)
         self.workers[name] = worker
         worker.start_unit()
         return worker

@@ -80,6 +80,42 @@ class PeersConfig(StrictModel):
     from the peers' median means the traffic differs (workload)."""
 
 
+DEFAULT_PROMPTS = (
+    "Explain in one paragraph why the sky is blue.",
+    "Write a short Python function that reverses a string.",
+    "List three uses of a graphics processor other than graphics.",
+)
+
+
+class BenchmarkConfig(StrictModel):
+    """The readmission benchmark (docs/remediation.md, "Benchmark gate"): a short fixed probe
+    per worker, recorded on a healthy hive by `fleetctl baseline capture NODE` and run again
+    after a reset, before the worker goes back into rotation. No baseline: the probe is
+    skipped and the run says so."""
+
+    enabled: StrictBool = True
+    """Run the probe at re-admission (for workers that have a baseline)."""
+    requests: StrictInt = Field(default=8, ge=1, le=1000)
+    """Completions in one probe, sent one at a time."""
+    warmup: StrictInt = Field(default=1, ge=0, le=100)
+    """Completions sent first and not counted (a freshly started engine's first request pays
+    for cold caches that a warm baseline never saw)."""
+    max_tokens: StrictInt = Field(default=64, ge=2, le=4096)
+    """Tokens generated per completion (sent with `ignore_eos`, so each produces them all)."""
+    prompts: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(
+        default_factory=lambda: list(DEFAULT_PROMPTS), min_length=1, max_length=100
+    )
+    """Fixed prompts, used in turn; the baseline and later probes must use the same ones."""
+    tolerance: float = Field(default=0.8, gt=0, le=1)
+    """Tokens/s must reach the baseline's × this, or the worker is quarantined."""
+    latency_factor: float | None = Field(default=2.0, ge=1, le=100)
+    """TTFT p99 and TPOT p99 may be at most the baseline's × this (looser than `tolerance`:
+    a p99 over a few requests is their worst one, and moves more than the average). Null: the
+    latencies are reported but only tokens/s decides."""
+    timeout: Annotated[Duration, Span(0, "10m", above=True)] = 60.0
+    """How long one probe completion may take."""
+
+
 class VllmConfig(StrictModel):
     """The vLLM servers on this node, scraped for telemetry and drained by remediation."""
 
@@ -91,6 +127,8 @@ class VllmConfig(StrictModel):
     """How long one worker has to answer a scrape."""
     peers: PeersConfig = Field(default_factory=PeersConfig)
     """Gray-failure detection against the node's other workers."""
+    benchmark: BenchmarkConfig = Field(default_factory=BenchmarkConfig)
+    """The per-worker probe that gates re-admission after a reset."""
 
     @field_validator("workers")
     @classmethod

@@ -129,6 +129,7 @@ def start_agent(
     labels: dict[str, str] | None = None,
     rules: dict[str, object] | None = None,
     registry: dict[str, object] | None = None,
+    vllm: dict[str, object] | None = None,
 ) -> Agent:
     """Build and start an agent whose files live under ``tmp``."""
     clock = clock or FakeClock()
@@ -146,6 +147,8 @@ def start_agent(
     }
     if registry is not None:
         data["registry"] = registry
+    if vllm is not None:
+        data["vllm"] = vllm
     if tls is not None:
         data["http"] |= {"tls_cert": str(tls[0]), "tls_key": str(tls[1])}
     sim = build_node(model, seed=seed, clock=clock)

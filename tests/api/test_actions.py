@@ -26,6 +26,7 @@ MUTATIONS: list[tuple[str, dict[str, Any]]] = [
     ("/remediation/pause", {"reason": "r"}),
     ("/remediation/resume", {"reason": "r"}),
     ("/remediation/breaker/reset", {"reason": "r"}),
+    ("/remediation/baseline/capture", {"reason": "r"}),
     ("/reload", {"reason": "r"}),
 ]
 

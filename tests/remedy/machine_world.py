@@ -75,6 +75,8 @@ class World:
     )
     ready_after: float = 0.0
     never_ready: frozenset[str] = frozenset()
+    # the benchmark gate's answer per worker once ready: (detail, below its baseline)
+    benchmark: dict[str, tuple[str, bool]] = field(default_factory=dict)
     unroute_error: dict[str, str] = field(default_factory=dict)
     stop_error: dict[str, str] = field(default_factory=dict)
     start_error: dict[str, str] = field(default_factory=dict)
@@ -119,6 +121,9 @@ class World:
             return m.StartResult(cmd.worker, self.start_error.get(cmd.worker))
         if isinstance(cmd, m.CheckReady):
             ok = now >= self.ready_after and cmd.worker not in self.never_ready
+            if ok and cmd.worker in self.benchmark:
+                detail, slow = self.benchmark[cmd.worker]
+                return m.ReadyResult(cmd.worker, True, "", detail, slow)
             return m.ReadyResult(cmd.worker, ok, "" if ok else "health 503")
         if isinstance(cmd, m.Reroute):
             return m.RerouteResult(cmd.worker, self.reroute_error.get(cmd.worker))

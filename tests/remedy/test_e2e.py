@@ -19,6 +19,7 @@ from fleetd.collect.exporter import FleetdExporter
 from fleetd.errors import RemedyError
 from fleetd.model import Reading
 from fleetd.remedy import machine as m
+from fleetd.vllm.config import BenchmarkConfig
 
 from .rig import Rig, make_rig, path_with, remediation_config
 
@@ -457,3 +458,56 @@ def test_an_unknown_hive_resets_the_whole_node_and_the_plan_says_why(small: Rig)
     assert run.gpu_indices == tuple(range(8))
     said = [e.message for e in small.remediation.events(run_id) if e.kind == "policy"]
     assert said and "whole node" in said[0] and "amdsmi_get_xgmi_info" in said[0], said
+
+
+def _with_benchmark(rig: Rig) -> None:
+    """A short probe (3 streamed completions of 10 tokens), so the test stays fast; the
+    latencies' p99 over 3 requests is their worst, which scheduling on a loaded test machine
+    moves a lot, so only tokens/s decides here."""
+    bench = BenchmarkConfig(
+        requests=3, max_tokens=10, warmup=0, tolerance=0.75, latency_factor=None, timeout=5.0
+    )
+    rig.config = rig.config.model_copy(
+        update={"vllm": rig.config.vllm.model_copy(update={"benchmark": bench})}
+    )
+    rig.restart_daemon()
+
+
+def test_a_gpu_slow_after_the_reset_is_quarantined_with_its_benchmark_figures(
+    small: Rig,
+) -> None:
+    _with_benchmark(small)
+    gate = small.remediation.benchmark
+    assert gate is not None
+    taken = gate.capture(small.config.vllm.workers, small.clock.now())  # on the healthy hive
+    assert [b.worker for b in taken] == ["gpu2", "gpu3"]
+    assert (small.tmp / "vllm-baselines.json").exists()
+    # GPU 3's clocks stay latched low through the reset: it answers health and a 1-token
+    # completion, only slowly
+    small.sim.inject(3, "power_excursion", persistent=True, demand_w=3000)
+    [run_id] = small.fault(3)
+    small.run_until_settled()
+
+    run = small.run(run_id)
+    assert run.state is m.RunState.QUARANTINED and small.sim.reset_count() == 1
+    assert run.out_of_rotation() == ("gpu3",)
+    assert small.fleet.workers["gpu2"].in_rotation and not small.fleet.workers["gpu3"].in_rotation
+    page = small.sink.alerts()[-1]
+    assert page.severity == "critical"
+    assert "benchmark after the reset: gpu3 below baseline:" in page.message
+    assert "tok/s <" in page.message and "(baseline " in page.message
+    assert any(e.startswith("benchmark gpu3: below baseline") for e in run.evidence)
+    passed = [e.message for e in small.sink.events if e.kind == "worker_benchmark"]
+    assert len(passed) == 1 and passed[0].startswith("gpu2: benchmark ")
+
+
+def test_without_a_baseline_the_benchmark_is_skipped_and_says_so(small: Rig) -> None:
+    _with_benchmark(small)
+    small.sim.inject(3, "ecc_uncorrectable", count=2)
+    [run_id] = small.fault(3)
+    small.run_until_settled()
+    assert small.run(run_id).state is m.RunState.DONE
+    said = [e.message for e in small.sink.events if e.kind == "worker_benchmark"]
+    assert sorted(said) == [
+        f"gpu{i}: benchmark skipped: no baseline for gpu{i} (stand-in/llama-70b)" for i in (2, 3)
+    ]

@@ -217,6 +217,31 @@ def test_worker_that_fails_to_come_back_is_held_and_paged_while_others_return() 
     assert final.raise_alert and final.severity == "critical" and "w1" in final.message
 
 
+SLOW = "below baseline: 40.0 tok/s < 80.0 (baseline 100.0 × 0.8)"
+
+
+def test_a_worker_below_its_benchmark_baseline_is_held_and_paged_with_the_figures() -> None:
+    world = World(benchmark={"w0": ("benchmark 99.0 tok/s", False), "w1": (SLOW, True)})
+    run, cmds, _ = drive(world, new_run(), NOW)
+    assert run.state is m.RunState.QUARANTINED and run.holding
+    assert m.Reroute("w0") in cmds and m.Reroute("w1") not in cmds
+    assert run.out_of_rotation() == ("w1",)
+    assert "w0: benchmark 99.0 tok/s" in [r.message for r in records(cmds)]
+    assert "worker_below_baseline" in kinds(cmds)
+    assert f"benchmark w1: {SLOW}" in run.evidence
+    final = records(cmds)[-1]
+    assert final.raise_alert and final.severity == "critical"
+    assert f"benchmark after the reset: w1 {SLOW}" in final.message
+    assert run.outcome == f"benchmark after the reset: w1 {SLOW}"
+
+
+def test_a_skipped_benchmark_is_said_and_readmits() -> None:
+    skipped = "benchmark skipped: no baseline for w0 (m)"
+    run, cmds, _ = drive(World(benchmark={"w0": (skipped, False)}), new_run(), NOW)
+    assert run.state is m.RunState.DONE
+    assert f"w0: {skipped}" in [r.message for r in records(cmds)]
+
+
 def test_start_failure_is_recorded_and_quarantines() -> None:
     run, cmds, _ = drive(World(start_error={"w0": "unit not found"}), new_run(), NOW)
     assert run.state is m.RunState.QUARANTINED
@@ -419,6 +444,7 @@ EVENTS: list[m.Event] = [
     m.StartResult("w0", "boom"),
     m.ReadyResult("w0", True),
     m.ReadyResult("w0", False, "503"),
+    m.ReadyResult("w0", True, "", "below baseline: 40.0 tok/s < 80.0", True),
     m.RerouteResult("w0"),
     m.RerouteResult("w0", "boom"),
 ]

@@ -30,8 +30,9 @@ from fleetd.remedy.config import (
 from fleetd.remedy.workers import CommandWorkers, SystemdWorkers
 from fleetd.sim import build_node
 from fleetd.sim.vllm_worker import StandInFleet, StandInVllm
+from fleetd.vllm.benchmark import BaselineStore, BenchmarkGate
 from fleetd.vllm.client import Load, WorkerGone, read_load
-from fleetd.vllm.config import VllmWorkerConfig
+from fleetd.vllm.config import BenchmarkConfig, VllmWorkerConfig
 
 from .machine_world import new_run
 from .rig import make_rig, path_with
@@ -403,5 +404,44 @@ def test_a_steps_per_worker_commands_run_side_by_side(
         assert all(isinstance(r, m.LoadResult) and r.error is None for r in loads)
         stops = executor._carry_out_all(run, [m.StopUnit(n) for n in names], clock.now())
         assert all(isinstance(r, m.StopResult) and r.error is None for r in stops)
+    finally:
+        rig.close()
+
+
+def test_a_command_worker_below_its_baseline_after_undrain_is_drained_again(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The after_undrain probe left the worker undrained; the benchmark gate that follows
+    finds it slow, so the executor drains it again before the machine holds it."""
+    rig = make_rig(tmp_path, clock, workers_on=(3,))
+    monkeypatch.setenv("PATH", path_with(rig.fleet.bin_dir))
+    try:
+        worker = rig.fleet.workers["gpu3"]
+        flag = tmp_path / "drained"
+        commands = WorkerCommandsConfig(
+            drain=[script(tmp_path / "drain", f"touch {flag}\n")],
+            undrain=[script(tmp_path / "undrain", f"rm -f {flag}\n")],
+            status=[script(tmp_path / "status", "echo 0\n")],
+            drain_stops_worker=True,
+        )
+        executor = rig.remediation.executor
+        executor._adapter = CommandWorkers(
+            WorkersConfig(adapter="command", commands=commands),
+            ReadmitConfig(completion_check=True),
+            node="n1",
+        )
+        bench = BenchmarkConfig(requests=3, max_tokens=6, warmup=0, latency_factor=None)
+        gate = BenchmarkGate(bench, BaselineStore(tmp_path / "baselines.json"))
+        gate.capture([cfg_of(worker)], clock.now())
+        executor._benchmark = gate
+        run = new_run(workers=("gpu3",))[0]
+        passed = executor._check_ready(run, m.CheckReady("gpu3"), clock.now())
+        assert isinstance(passed, m.ReadyResult) and passed.ready and not passed.below_baseline
+        assert not flag.exists() and passed.benchmark.startswith("benchmark ")
+        worker.engine_speed = 0.3
+        slow = executor._check_ready(run, m.CheckReady("gpu3"), clock.now())
+        assert isinstance(slow, m.ReadyResult) and slow.below_baseline
+        assert slow.benchmark.startswith("below baseline: ")
+        assert flag.exists()  # drained again
     finally:
         rig.close()

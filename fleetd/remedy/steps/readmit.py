@@ -83,8 +83,26 @@ def _start_await_ready(run: Run, now: float) -> Step:
     return run, [CheckReady(n) for n in pending]
 
 
+def _below_baseline(run: Run, event: ReadyResult, now: float) -> Step:
+    """Serving, but the probe fell short of the baseline: held out, and the run will page
+    with the figures (a GPU whose clocks stay latched low after the reset)."""
+    text = f"{event.worker}: {event.benchmark}"
+    run = set_worker(run, event.worker, phase=WorkerPhase.FAILED, detail=event.benchmark)
+    run = add_evidence(run, f"benchmark {text}")
+    cmds: list[Command] = [Record("worker_below_baseline", text, severity="warning")]
+    if all_in(run, WorkerPhase.REROUTED, WorkerPhase.FAILED):
+        return after(cmds, _conclude_readmission(run, now))
+    return run, cmds
+
+
 def _conclude_readmission(run: Run, now: float) -> Step:
     failed = workers_in(run, WorkerPhase.FAILED)
+    slow = [w for w in run.workers if w.name in failed and _is_slow(w.detail)]
+    if slow:
+        figures = "; ".join(f"{w.name} {w.detail}" for w in slow)
+        rest = [n for n in failed if n not in {w.name for w in slow}]
+        more = f"; workers did not come back: {name_list(rest)}" if rest else ""
+        return quarantine(run, now, f"benchmark after the reset: {figures}{more}")
     if failed:
         details = [f"{w.name}: {w.detail or 'not ready'}" for w in run.workers if w.name in failed]
         run = add_evidence(run, *details)
@@ -103,11 +121,15 @@ def on_await_ready(run: Run, event: Event, now: float) -> Step:
             if run.next_at is None:
                 run = replace(run, next_at=now + s.ready_poll_interval)
             return run, []
+        if event.below_baseline:
+            return _below_baseline(run, event, now)
         run = set_worker(run, event.worker, phase=WorkerPhase.READY, detail=event.detail)
-        return run, [
-            Record("worker_ready", f"{event.worker} healthy {event.detail}".strip()),
-            Reroute(event.worker),
+        cmds: list[Command] = [
+            Record("worker_ready", f"{event.worker} healthy {event.detail}".strip())
         ]
+        if event.benchmark:
+            cmds.append(Record("worker_benchmark", f"{event.worker}: {event.benchmark}"))
+        return run, [*cmds, Reroute(event.worker)]
     if isinstance(event, RerouteResult):
         w = run.worker(event.worker)
         if w is None or w.phase is not WorkerPhase.READY:
@@ -144,3 +166,7 @@ def on_await_ready(run: Run, event: Event, now: float) -> Step:
             cmds2 += [Reroute(n) for n in workers_in(run, WorkerPhase.READY)]
             return run, cmds2
     return run, []
+
+
+def _is_slow(detail: str | None) -> bool:
+    return bool(detail) and str(detail).startswith(("below baseline", "benchmark probe failed"))

@@ -38,6 +38,16 @@ class CommandWorkers:
         self._node = node
         self._session = session or requests.Session()
 
+    @property
+    def undrained_when_ready(self) -> bool:
+        """A ready worker is already undrained (the probe ran ``after_undrain``): one that then
+        fails the benchmark gate must be drained again (fleetd.remedy.executor)."""
+        return (
+            self._cmds.ready is None
+            and self._readmit.completion_check
+            and self._cmds.probe == "after_undrain"
+        )
+
     def _run(self, argv: list[str], worker: VllmWorkerConfig, timeout: float) -> str:
         return run_command(render(argv, placeholders(worker, self._node)), timeout=timeout).stdout
 
