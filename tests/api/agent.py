@@ -130,8 +130,14 @@ def start_agent(
     rules: dict[str, object] | None = None,
     registry: dict[str, object] | None = None,
     vllm: dict[str, object] | None = None,
+    kernel_log: bool = False,
 ) -> Agent:
-    """Build and start an agent whose files live under ``tmp``."""
+    """Build and start an agent whose files live under ``tmp``.
+
+    The simulator's kernel log is followed by threads on real time, which a test driving
+    the agent by hand on a fake clock cannot order against its polls: which report of a fault
+    pages first would be a race. So it is off unless ``kernel_log`` asks for it (the event
+    sources have their own tests, and the real daemon's in tests/e2e)."""
     clock = clock or FakeClock()
     tmp.mkdir(parents=True, exist_ok=True)
     data: dict[str, Any] = {
@@ -145,6 +151,8 @@ def start_agent(
         if with_remediation
         else {"mode": "off"},
     }
+    if not kernel_log:
+        data["events"] = {"kernel_log": {"source": "off"}}
     if registry is not None:
         data["registry"] = registry
     if vllm is not None:
