@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import io
 import random
-import shutil
-import socket
-import subprocess
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import requests
@@ -17,79 +13,23 @@ import requests
 from fleetd.alert.dispatch import Dispatcher
 from fleetd.store.db import Database
 from tests.alert.support import NODE, config, fire, resolve
+from tests.e2e.standins import alertmanager as am
 
-BINARY = shutil.which("prometheus-alertmanager") or "/usr/bin/prometheus-alertmanager"
-AM_CONFIG = """\
-route:
-  receiver: blackhole
-  group_by: [alertname]
-receivers:
-  - name: blackhole
-"""
-
-pytestmark = pytest.mark.skipif(
-    not Path(BINARY).exists(), reason="prometheus-alertmanager is not installed"
-)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+pytestmark = pytest.mark.skipif(not am.available(), reason=am.SKIP_REASON)
 
 
 @pytest.fixture(scope="module")
 def alertmanagers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
-    """Two Alertmanagers on free loopback ports, clustering off, started in parallel."""
-    procs: list[subprocess.Popen[bytes]] = []
-    urls = []
-    for i in range(2):
-        work = tmp_path_factory.mktemp(f"am{i}")
-        (work / "am.yml").write_text(AM_CONFIG)
-        port = free_port()
-        procs.append(
-            subprocess.Popen(
-                [
-                    BINARY,
-                    f"--config.file={work / 'am.yml'}",
-                    f"--storage.path={work / 'data'}",
-                    "--cluster.listen-address=",
-                    f"--web.listen-address=127.0.0.1:{port}",
-                ],
-                stdout=(work / "am.log").open("wb"),
-                stderr=subprocess.STDOUT,
-            )
-        )
-        urls.append(f"http://127.0.0.1:{port}")
+    """Two Alertmanagers on free loopback ports, clustering off, started in parallel (the
+    e2e suite's ``RealAlertmanager``: it starts again on another port if its port was taken)."""
+    peers = [am.RealAlertmanager(tmp_path_factory.mktemp(f"am{i}")) for i in range(2)]
     try:
-        for url, proc in zip(urls, procs, strict=True):
-            _wait_ready(url, proc)
-        yield urls
+        for peer in peers:
+            peer.wait_ready()
+        yield [peer.url for peer in peers]
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def _wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
-    """Poll the external process until it serves (this waits for a real binary, not for
-    fleetd's behaviour)."""
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"alertmanager exited with {proc.returncode}")
-        try:
-            if requests.get(f"{url}/-/ready", timeout=1).status_code == 200:
-                return
-        except requests.RequestException:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError("alertmanager did not become ready within 20s")
+        for peer in peers:
+            peer.close()
 
 
 def am_alerts(url: str) -> list[dict[str, object]]:

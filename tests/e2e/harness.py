@@ -88,6 +88,9 @@ class Node:
                 self.alertmanagers.append(peer)
             else:
                 self.alertmanagers.append(self._own(AlertmanagerRecorder()))
+        for peer in self.alertmanagers:  # serving before their URLs go into the config
+            if isinstance(peer, am.RealAlertmanager):
+                peer.wait_ready()
         shipped_workers = self.example.get("vllm", {}).get("workers", [])
         self.fleet = WorkerFleet(
             self.tmp, [(w["name"], w["unit"]) for w in shipped_workers], workers
@@ -115,9 +118,6 @@ class Node:
         http = self.config["http"]
         self.ca_file: str | None = http.get("tls_cert")
         self.address = f"{'https' if self.ca_file else 'http'}://127.0.0.1:{self.port}"
-        for peer in self.alertmanagers:
-            if isinstance(peer, am.RealAlertmanager):
-                peer.wait_ready()
 
     def _own(self, server: Any) -> Any:
         self._closers.append(server.close)

@@ -40,15 +40,19 @@ class RealAlertmanager:
     def __init__(self, work: Path) -> None:
         work.mkdir(parents=True, exist_ok=True)
         (work / "am.yml").write_text(CONFIG)
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.work = work
         self.log_path = work / "am.log"
         self._log = self.log_path.open("wb")
+        self._spawn()
+
+    def _spawn(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
             [
                 BINARY,
-                f"--config.file={work / 'am.yml'}",
-                f"--storage.path={work / 'data'}",
+                f"--config.file={self.work / 'am.yml'}",
+                f"--storage.path={self.work / 'data'}",
                 "--cluster.listen-address=",
                 f"--web.listen-address=127.0.0.1:{self.port}",
             ],
@@ -57,13 +61,20 @@ class RealAlertmanager:
         )
 
     def wait_ready(self, timeout: float = 20.0) -> None:
-        """Wait for the external binary to serve (not for fleetd's behaviour)."""
+        """Wait for the external binary to serve (not for fleetd's behaviour). A free port
+        can be taken by another process (a peer started a moment before, another test
+        worker) before the binary binds it: then it starts again on another port."""
         deadline = time.monotonic() + timeout
+        attempts = 3
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                output = self.log_path.read_text(errors="replace")
+                attempts -= 1
+                if "address already in use" in output and attempts > 0:
+                    self._spawn()
+                    continue
                 raise RuntimeError(
-                    f"alertmanager exited with {self.proc.returncode}: "
-                    f"{self.log_path.read_text(errors='replace')[-500:]}"
+                    f"alertmanager exited with {self.proc.returncode}: {output[-500:]}"
                 )
             try:
                 if requests.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
