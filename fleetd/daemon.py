@@ -600,7 +600,13 @@ class Daemon:
             remediation_mode=(
                 self.remediation.set_fleet_mode if self.remediation is not None else None
             ),
+            serving=self.peers if self.config.vllm.workers else None,
         )
+        if self.config.vllm.workers:  # gray failure against the fleet's hives too
+            sku = self._node_versions().sku
+            hives = {g.index: g.hive_id for g in self.backend.gpus() if g.hive_id}
+            if sku is not None:
+                self.peers.enable_fleet(self.config.node.name, sku, hives, registry.stale_after)
         self.scheduler.add("heartbeat", self.beat, self.job_interval(registry.heartbeat_interval))
 
     def _node_versions(self) -> NodeVersions:
