@@ -14,6 +14,7 @@ from fleetd.collect.identities import LEDGER_FILE, IdentityLedger
 from fleetd.config import FleetdConfig
 from fleetd.logs import get_logger
 from fleetd.sim import ScenarioRunner, SimNode, SimulatedAmdSmi, build_node, load_scenario
+from fleetd.sim.scenario import apply_partition
 from fleetd.store.resilient import ResilientStore
 
 log = get_logger("daemon")
@@ -50,6 +51,7 @@ def open_backend(config: FleetdConfig, clock: Clock) -> tuple[AmdSmiBackend, Sim
     if scenario is not None:
         major, minor, release = (int(p) for p in scenario.library_version.split("."))
         node.library_version = (major, minor, release, node.library_version[3])
+        apply_partition(node, scenario.partition)
     runner = ScenarioRunner(node, scenario, start=clock.now()) if scenario is not None else None
     # the simulated node keeps a fake sysfs tree, checked like /sys on a real node
     try:

@@ -105,10 +105,46 @@ class GpuIdentity:
     kfd_id: int | None = None
     hip_id: int | None = None
     hive_id: str | None = None
+    partition_id: int | None = None  # kfd current_partition_id: 0 on SPX and on primaries
+    compute_partition: str | None = None  # SPX, DPX, QPX, CPX (None: unreadable)
+    memory_partition: str | None = None  # NPS1, NPS4 (None: unreadable)
+
+    @property
+    def partitioned(self) -> bool:
+        """Whether this logical device is one of several partitions of its physical GPU."""
+        return self.compute_partition not in (None, "SPX")
+
+    @property
+    def primary(self) -> bool:
+        """Whether board-level data (power, temperatures, PCIe, RAS, the reset) lives here:
+        partition 0, or an unpartitioned GPU (or one whose partition is unreadable)."""
+        if not self.partitioned:
+            return True
+        if self.partition_id is not None:
+            return self.partition_id == 0
+        return self.bdf.endswith(".0")  # the BDF's function digit carries the partition
+
+    @property
+    def physical_bdf(self) -> str:
+        """The BDF of the physical GPU's partition 0 (the function digit is the partition)."""
+        if not self.partitioned:
+            return self.bdf
+        return self.bdf.rsplit(".", 1)[0] + ".0"
 
     @property
     def labels(self) -> Labels:
-        """The labels every per-GPU series carries."""
+        """The labels every per-GPU series carries (plus AMD device-metrics-exporter's
+        partition labels on a partitioned GPU, so an SPX node's series keep their names)."""
+        if self.partitioned:
+            return make_labels(
+                {
+                    "gpu": self.index,
+                    "uuid": self.uuid,
+                    "gpu_partition_id": self.partition_id if self.partition_id is not None else "",
+                    "gpu_compute_partition_type": self.compute_partition or "",
+                    "gpu_memory_partition_type": self.memory_partition or "",
+                }
+            )
         return make_labels({"gpu": self.index, "uuid": self.uuid})
 
 

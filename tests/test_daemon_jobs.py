@@ -41,7 +41,10 @@ JOIN_S = 10.0  # generous bound for a call that must not wait on another thread
 
 def blocked_remediation_config(state: Path, gate: Path) -> FleetdConfig:
     """Remediation on, through the command adapter whose ``drain`` blocks until ``gate``
-    (a FIFO) is written: a step that takes as long as the test wants."""
+    (a FIFO) is written: a step that takes as long as the test wants. The ECC counters are the
+    fault's only report: the event sources (kernel log, CPER, KFD events) run on real time,
+    and one of them reporting first would carry the page under its own rule, at a moment the
+    hand-driven fake clock cannot order."""
     block = [sys.executable, "-c", f"open({str(gate)!r}).read()"]
     ok = [sys.executable, "-c", "print(0)"]
     data: dict[str, Any] = {
@@ -51,6 +54,11 @@ def blocked_remediation_config(state: Path, gate: Path) -> FleetdConfig:
         "http": {"port": 0},
         "rules": {"local_dir": None},
         "vllm": {"workers": [{"name": "w3", "url": "http://127.0.0.1:9/", "gpus": [3]}]},
+        "events": {
+            "kernel_log": {"source": "off"},
+            "cper": {"enabled": False},
+            "amdsmi_events": {"enabled": False},
+        },
         "remediation": {
             "mode": "on",
             "drain": {"balancer_delay": 0, "poll_interval": 0},

@@ -130,21 +130,21 @@ class SilenceStore:
             updated_at=now,
         )
         with self.db.begin() as conn:
-            conn.execute(insert(silences_table).values(**_row(silence)))
+            conn.execute(insert(silences_table).values(**silence_row(silence)))
         return silence
 
     def get(self, silence_id: str) -> Silence | None:
         t = silences_table
         with self.db.engine.connect() as conn:
             row = conn.execute(select(t).where(t.c.id == silence_id)).mappings().first()
-        return None if row is None else _silence(row)
+        return None if row is None else silence_from_row(row)
 
     def all(self, now: float | None = None, state: SilenceState | None = None) -> list[Silence]:
         """Every silence, newest first; with ``state`` only those in that state at ``now``."""
         t = silences_table
         with self.db.engine.connect() as conn:
             rows = conn.execute(select(t).order_by(t.c.created_at.desc(), t.c.id)).mappings()
-            found = [_silence(r) for r in rows]
+            found = [silence_from_row(r) for r in rows]
         if state is None:
             return found
         if now is None:
@@ -155,7 +155,7 @@ class SilenceStore:
         t = silences_table
         with self.db.engine.connect() as conn:
             rows = conn.execute(select(t).where(t.c.ends_at > now)).mappings()
-            return [_silence(r) for r in rows]
+            return [silence_from_row(r) for r in rows]
 
     def expire(self, silence_id: str, now: float) -> Silence:
         """End a silence now (a pending one ends before it began); KeyError if unknown."""
@@ -233,7 +233,8 @@ def _check(
         raise ValueError("a silence needs an author (created_by)")
 
 
-def _row(silence: Silence) -> dict[str, object]:
+def silence_row(silence: Silence) -> dict[str, object]:
+    """A silence as a table row (the fleet silences' table shares these columns)."""
     return {
         "id": silence.id,
         "matchers": json.dumps([format_matcher(m) for m in silence.matchers]),
@@ -246,7 +247,7 @@ def _row(silence: Silence) -> dict[str, object]:
     }
 
 
-def _silence(row: RowMapping) -> Silence:
+def silence_from_row(row: RowMapping) -> Silence:
     return Silence(
         id=row["id"],
         matchers=tuple(parse_matcher(m) for m in json.loads(row["matchers"])),

@@ -96,7 +96,7 @@ def add_fleet_silence(
         book.close()
     where = " ".join(silence.to_dict(now)["node_matchers"]) or "every node"
     fleet.echo(
-        f"fleet silence {silence.id} on {where} until {clock(silence.ends_at)}: "
+        f"fleet silence {silence.id} on {where} until {clock(silence.silence.ends_at)}: "
         "agents apply it at their next heartbeat"
     )
 

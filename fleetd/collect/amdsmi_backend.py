@@ -602,6 +602,7 @@ class AmdSmiBackend:
             uuid = parse.text(field(enumeration, "hip_uuid")) or f"bdf-{bdf}"
         market = field(asic, "market_name")
         product_name = field(board, "product_name")
+        kfd = read("amdsmi_get_gpu_kfd_info")
         identity = GpuIdentity(
             index=index,
             uuid=uuid,
@@ -612,9 +613,12 @@ class AmdSmiBackend:
             model=parse.normalise_model(market, product_name),
             vbios=parse.text(field(read("amdsmi_get_gpu_vbios_info"), "version")),
             driver_version=parse.text(field(read("amdsmi_get_gpu_driver_info"), "driver_version")),
-            kfd_id=parse.index_value(field(read("amdsmi_get_gpu_kfd_info"), "kfd_id")),
+            kfd_id=parse.index_value(field(kfd, "kfd_id")),
             hip_id=parse.index_value(field(enumeration, "hip_id")),
             hive_id=parse.hive_id(field(xgmi, "xgmi_hive_id")),
+            partition_id=parse.index_value(field(kfd, "current_partition_id")),
+            compute_partition=parse.text(read("amdsmi_get_gpu_compute_partition")),
+            memory_partition=parse.text(read("amdsmi_get_gpu_memory_partition")),
         )
         return identity, hive_unknown
 
@@ -798,9 +802,27 @@ class AmdSmiBackend:
     def _topology_unknown(gpus: list[AmdSmiGpu]) -> bool:
         return len(gpus) > 1 and any(g.hive_unknown for g in gpus)
 
+    def primary_of(self, gpu: AmdSmiGpu) -> AmdSmiGpu:
+        """Partition 0 of ``gpu``'s physical GPU (``gpu`` itself when unpartitioned or when
+        no partition 0 with its serial is known)."""
+        ident = gpu.identity
+        if ident.primary:
+            return gpu
+        with self._lock:
+            gpus = list(self._gpus)
+        for other in gpus:
+            o = other.identity
+            if o.bdf == ident.physical_bdf and o.primary and o.serial == ident.serial:
+                return other
+        return gpu
+
     def reset_gpu(self, index: int) -> None:
-        """amdsmi_reset_gpu on one GPU (which resets its whole hive); raises BackendError."""
-        gpu = self._gpu(index)
+        """amdsmi_reset_gpu on one GPU (which resets its whole hive); raises BackendError.
+
+        On a partitioned GPU the call goes through its partition 0, where the device's reset
+        lives (a secondary partition is an ``amdgpu_xcp`` platform device)."""
+        gpu = self.primary_of(self._gpu(index))
+        index = gpu.identity.index
         handle = gpu.handle
         if handle is None:
             raise BackendError(f"cannot reset GPU {index} ({gpu.identity.bdf}): it is missing")

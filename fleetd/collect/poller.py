@@ -65,7 +65,10 @@ class _Job:
             start = self.timer()
             error: str | None = None
             try:
-                readings = collector.collect(self.gpu, self.now)
+                if getattr(collector, "board_level", False) and not self.gpu.identity.primary:
+                    readings = []  # not applicable on a secondary partition: not missing
+                else:
+                    readings = collector.collect(self.gpu, self.now)
             except Exception as exc:  # a collector bug fails that collector alone
                 readings, error = [], f"{type(exc).__name__}: {exc}"
                 log.error(

@@ -250,6 +250,23 @@ class AmdSmiVirtualizationMode(IntEnum):
     PASSTHROUGH = 4
 
 
+class AmdSmiComputePartitionType(IntEnum):
+    SPX = w.AMDSMI_COMPUTE_PARTITION_SPX
+    DPX = w.AMDSMI_COMPUTE_PARTITION_DPX
+    TPX = w.AMDSMI_COMPUTE_PARTITION_TPX
+    QPX = w.AMDSMI_COMPUTE_PARTITION_QPX
+    CPX = w.AMDSMI_COMPUTE_PARTITION_CPX
+    INVALID = w.AMDSMI_COMPUTE_PARTITION_INVALID
+
+
+class AmdSmiMemoryPartitionType(IntEnum):
+    NPS1 = w.AMDSMI_MEMORY_PARTITION_NPS1
+    NPS2 = w.AMDSMI_MEMORY_PARTITION_NPS2
+    NPS4 = w.AMDSMI_MEMORY_PARTITION_NPS4
+    NPS8 = w.AMDSMI_MEMORY_PARTITION_NPS8
+    UNKNOWN = w.AMDSMI_MEMORY_PARTITION_UNKNOWN
+
+
 ENUM_CLASSES: tuple[type[Enum], ...] = (
     MaxUIntegerTypes,
     AmdSmiInitFlags,
@@ -267,5 +284,7 @@ ENUM_CLASSES: tuple[type[Enum], ...] = (
     AmdSmiVramType,
     AmdSmiVirtualizationMode,
     AmdSmiCperNotifyType,
+    AmdSmiComputePartitionType,
+    AmdSmiMemoryPartitionType,
 )
 """Every enum class the face offers (the conformance test walks this tuple)."""

@@ -296,6 +296,8 @@ class SimulatedAmdSmi:
     AmdSmiEvtNotificationType = enums.AmdSmiEvtNotificationType
     AmdSmiVramType = enums.AmdSmiVramType
     AmdSmiVirtualizationMode = enums.AmdSmiVirtualizationMode
+    AmdSmiComputePartitionType = enums.AmdSmiComputePartitionType
+    AmdSmiMemoryPartitionType = enums.AmdSmiMemoryPartitionType
     AmdSmiCperNotifyType = enums.AmdSmiCperNotifyType
 
     AmdSmiException = exc.AmdSmiException
@@ -749,6 +751,18 @@ class SimulatedAmdSmi:
 
     def amdsmi_get_gpu_memory_partition(self, processor_handle: Any) -> str:
         return _invoke(self.lib.amdsmi_get_gpu_memory_partition, _handle(processor_handle))
+
+    def amdsmi_set_gpu_compute_partition(
+        self, processor_handle: Any, compute_partition: Any
+    ) -> None:
+        handle = _handle(processor_handle)
+        mode = _enum(compute_partition, enums.AmdSmiComputePartitionType)
+        _invoke(self.lib.amdsmi_set_gpu_compute_partition, handle, mode)
+
+    def amdsmi_set_gpu_memory_partition(self, processor_handle: Any, memory_partition: Any) -> None:
+        handle = _handle(processor_handle)
+        mode = _enum(memory_partition, enums.AmdSmiMemoryPartitionType)
+        _invoke(self.lib.amdsmi_set_gpu_memory_partition, handle, mode)
 
     # ------------------------------------------------------------------ gpu_metrics, violations
     def amdsmi_get_gpu_metrics_header_info(self, processor_handle: Any) -> dict[str, int]:

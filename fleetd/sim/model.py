@@ -47,6 +47,7 @@ from fleetd.sim.faults import (
     parse_params,
 )
 from fleetd.sim.hardware import SPECS, GpuIdentity, GpuSpec, make_hive_id, make_identities
+from fleetd.sim.partitions import Partition, check_modes, layout
 
 log = get_logger(__name__)
 T = TypeVar("T")
@@ -256,6 +257,15 @@ class SimNode:
         """How long ``amdsmi_reset_gpu`` blocks its caller. The reset itself happens at once,
         as amdgpu's recovery runs in the kernel: a caller killed during the call still leaves
         the hive reset (what a daemon restarted mid-reset must be able to find out)."""
+        self.compute_partition = "SPX"
+        self.memory_partition = "NPS1"
+        """The node's partition modes (one for every GPU); ``set_partition_modes`` checks them."""
+        self.partition_lost_on_reset = False
+        """Whether a hive reset returns the GPUs to SPX/NPS1 (what a reboot or driver reload
+        does; AMD's gpu-operator docs: the profile must be re-applied)."""
+        self.partition_set_status = 0
+        """The status amdsmi_set_gpu_{compute,memory}_partition answers (0: they work); set it
+        to model a mode that will not re-apply."""
         self.hive_id = make_hive_id(spec, seed)
         self.gpus = [
             SimGpu(spec, ident, self.hive_id, seed)
@@ -283,6 +293,18 @@ class SimNode:
         self._resets: list[ResetRecord] = []
         self._sysfs_root: Path | None = None
         self._vram_written: dict[int, int] = {}  # mem_info_vram_used last written, per GPU
+
+    # ------------------------------------------------------------------ partitions
+    def set_partition_modes(self, compute: str, memory: str) -> None:
+        """Partition every GPU (ValueError for an invalid combination, e.g. SPX+NPS4)."""
+        check_modes(compute, memory)
+        with self.lock:
+            self.compute_partition, self.memory_partition = compute, memory
+
+    def partitions(self) -> list[Partition]:
+        """The logical devices of the current modes (GPU-major, partition-minor)."""
+        with self.lock:
+            return layout([g.ident for g in self.gpus], self.compute_partition)
 
     # ------------------------------------------------------------------ time
     @property
@@ -1051,6 +1073,8 @@ class SimNode:
                 g.unavailable_until = now + self.reset_unavailable_s
             for fault in [f for f in self._faults if f.gpu in indices]:
                 self._apply_once(fault)
+            if self.partition_lost_on_reset:
+                self.compute_partition, self.memory_partition = "SPX", "NPS1"
             done = now + self.reset_unavailable_s
             for g in members:
                 if not self.present(g.index):
@@ -1199,13 +1223,16 @@ def build_node(
     gpu_count: int = 8,
     root: bool = True,
     reset_unavailable_s: float = 0.0,
+    compute_partition: str = "SPX",
+    memory_partition: str = "NPS1",
 ) -> SimNode:
-    """A simulated 8-GPU node of ``model`` ("MI355X" or "MI300X"), idle and fault-free."""
+    """A simulated 8-GPU node of ``model`` ("MI355X" or "MI300X"), idle and fault-free, in
+    the given partition modes (ValueError for an invalid combination)."""
     try:
         spec = SPECS[model]
     except KeyError:
         raise ValueError(f"unknown GPU model {model!r}; known: {', '.join(SPECS)}") from None
-    return SimNode(
+    node = SimNode(
         spec,
         seed=seed,
         clock=clock,
@@ -1213,3 +1240,5 @@ def build_node(
         root=root,
         reset_unavailable_s=reset_unavailable_s,
     )
+    node.set_partition_modes(compute_partition, memory_partition)
+    return node

@@ -38,6 +38,7 @@ from fleetd.sim.model import (
     SimGpu,
     SimNode,
 )
+from fleetd.sim.partitions import BOARD_LEVEL, PARTITION_COUNTS, Partition
 from fleetd.sim.physics import noise
 
 MIB = 1024 * 1024
@@ -49,6 +50,14 @@ RAS_EEPROM_VERSION = 0x30000
 RAS_SCHEMA = 0b1110  # single-bit, double-bit, poison
 DEEP_SLEEP_MHZ = 140
 CALLER_NAME = "fleetd"  # the KFD client the VRAM fallback makes of the caller
+
+_COMPUTE_NAMES = {
+    w.AMDSMI_COMPUTE_PARTITION_SPX: "SPX",
+    w.AMDSMI_COMPUTE_PARTITION_DPX: "DPX",
+    w.AMDSMI_COMPUTE_PARTITION_QPX: "QPX",
+    w.AMDSMI_COMPUTE_PARTITION_CPX: "CPX",
+}
+_MEMORY_NAMES = {w.AMDSMI_MEMORY_PARTITION_NPS1: "NPS1", w.AMDSMI_MEMORY_PARTITION_NPS4: "NPS4"}
 
 _CH_HOT, _CH_HBM, _CH_VR, _CH_EDGE, _CH_POWER, _CH_GFX, _CH_UMC = range(1, 8)
 CPER_HEADER = struct.Struct("<4sHIHIII8B16s16s16s16s8sIQ12s")  # 128 bytes, packed
@@ -159,9 +168,10 @@ class RawLibrary:
         self.node = node
         self._init_count = 0
         self._listeners: dict[int, _Registration] = {}
-        self._by_handle: dict[int, SimGpu] = {g.ident.handle: g for g in node.gpus}
-        """Processor handle → GPU: the node's GPUs never change, so every call finds its GPU
-        with one look-up."""
+        self._by_handle: dict[int, tuple[SimGpu, Partition]] = {}
+        """Processor handle → (GPU, partition): rebuilt at each first init (the C library
+        builds its device list then), so a partition-mode change shows after re-init."""
+        self._map_partitions()
         self._enumerated: frozenset[int] = frozenset()
         """GPUs on the bus at init: like the C library, the device list is built once per
         initialisation, so a GPU that leaves the bus stays listed until the next init."""
@@ -171,6 +181,7 @@ class RawLibrary:
         with self.node.lock:
             if self._init_count == 0:
                 self.node.sync()
+                self._map_partitions()
                 self._enumerated = frozenset(
                     g.index for g in self.node.gpus if self.node.present(g.index)
                 )
@@ -186,6 +197,13 @@ class RawLibrary:
                 self._init_count -= 1
             if self._init_count == 0:
                 self._listeners.clear()
+
+    def _map_partitions(self) -> None:
+        self._by_handle = {p.handle: (self.node.gpus[p.gpu], p) for p in self.node.partitions()}
+
+    def partition_for_handle(self, handle: int) -> Partition:
+        """The logical device behind a processor handle (the caller validated it)."""
+        return self._by_handle[handle][1]
 
     def _require_init(self) -> None:
         if self._init_count == 0:
@@ -207,7 +225,9 @@ class RawLibrary:
         return f"{gpu.ident.domain:04x}:{gpu.ident.bus:02x}:{gpu.ident.device:02x}"
 
     def amdsmi_get_processor_handles(self, socket_handle: int) -> list[int]:
-        return [self._socket(socket_handle).ident.handle]
+        """One handle per XCP partition of the socket's GPU (one in SPX)."""
+        gpu = self._socket(socket_handle)
+        return [h for h, (g, _p) in self._by_handle.items() if g is gpu]
 
     def _socket(self, socket_handle: int) -> SimGpu:
         self._require_init()
@@ -226,10 +246,15 @@ class RawLibrary:
         self._require_init()
         with self.node.lock:
             self.node.sync()
-            for gpu in self._present():
+            for handle, (gpu, part) in self._by_handle.items():
                 i = gpu.ident
-                if (i.domain, i.bus, i.device, i.function) == (domain, bus, device, function):
-                    return i.handle
+                if gpu.index in self._enumerated and (i.domain, i.bus, i.device, part.function) == (
+                    domain,
+                    bus,
+                    device,
+                    function,
+                ):
+                    return handle
         raise SmiStatusError(w.AMDSMI_STATUS_NOT_FOUND)
 
     def gpu_for_handle(self, handle: int | None) -> SimGpu:
@@ -240,10 +265,10 @@ class RawLibrary:
         self._require_init()
         if not handle:
             raise SmiStatusError(w.AMDSMI_STATUS_INVAL)
-        gpu = self._by_handle.get(handle)
-        if gpu is None:
+        found = self._by_handle.get(handle)
+        if found is None:
             raise SmiStatusError(w.AMDSMI_STATUS_NOT_FOUND)
-        return gpu
+        return found[0]
 
     def _call(self, handle: int | None, function: str, args: tuple[str, ...] = ()) -> _CallScope:
         """Enter a per-GPU call: validate, block if hung (no lock held), then hold the lock."""
@@ -265,6 +290,8 @@ class RawLibrary:
                     raise SmiStatusError(status)
             if now < gpu.unavailable_until:
                 raise SmiStatusError(w.AMDSMI_STATUS_BUSY)
+            if function in BOARD_LEVEL and self._by_handle[handle or 0][1].partition_id:
+                raise SmiStatusError(w.AMDSMI_STATUS_NOT_SUPPORTED)  # no such sysfs on an XCP
             status = node.call_status(gpu.index, function, args)
             if status:
                 raise SmiStatusError(status)
@@ -285,19 +312,27 @@ class RawLibrary:
     def amdsmi_get_gpu_device_bdf(self, processor_handle: int) -> r.Bdf:
         with self._call(processor_handle, "amdsmi_get_gpu_device_bdf") as gpu:
             i = gpu.ident
-            return r.Bdf(i.domain, i.bus, i.device, i.function)
+            return r.Bdf(
+                i.domain, i.bus, i.device, self.partition_for_handle(processor_handle).function
+            )
 
     def amdsmi_get_gpu_device_uuid(self, processor_handle: int) -> str:
         with self._call(processor_handle, "amdsmi_get_gpu_device_uuid") as gpu:
+            part = self.partition_for_handle(processor_handle)
             if self.node.library_version[:2] >= (26, 4):  # ROCm 7.13: HIP/rocminfo's format
-                return gpu.ident.hip_uuid
-            return gpu.ident.uuid
+                return (
+                    gpu.ident.hip_uuid
+                    if not part.partition_id
+                    else f"{gpu.ident.hip_uuid}-{part.partition_id}"
+                )
+            return part.uuid
 
     def amdsmi_get_gpu_enumeration_info(self, processor_handle: int) -> r.EnumerationInfo:
         func = "amdsmi_get_gpu_enumeration_info"
         with self._call(processor_handle, func) as gpu:
             i = gpu.ident
-            rec = r.EnumerationInfo(i.drm_render, i.drm_card, i.node_id, i.hip_id, i.hip_uuid)
+            p = self.partition_for_handle(processor_handle)
+            rec = r.EnumerationInfo(p.drm_render, p.drm_card, p.node_id, p.hip_id, i.hip_uuid)
             self._finish(gpu, func, rec)
             return rec
 
@@ -334,7 +369,8 @@ class RawLibrary:
     def amdsmi_get_gpu_kfd_info(self, processor_handle: int) -> r.KfdInfo:
         func = "amdsmi_get_gpu_kfd_info"
         with self._call(processor_handle, func) as gpu:
-            rec = r.KfdInfo(gpu.ident.kfd_id, gpu.ident.node_id, 0)
+            p = self.partition_for_handle(processor_handle)
+            rec = r.KfdInfo(gpu.ident.kfd_id + p.partition_id, p.node_id, p.partition_id)
             self._finish(gpu, func, rec)
             return rec
 
@@ -821,11 +857,39 @@ class RawLibrary:
 
     def amdsmi_get_gpu_compute_partition(self, processor_handle: int) -> str:
         with self._call(processor_handle, "amdsmi_get_gpu_compute_partition"):
-            return "SPX"
+            return self.node.compute_partition
 
     def amdsmi_get_gpu_memory_partition(self, processor_handle: int) -> str:
         with self._call(processor_handle, "amdsmi_get_gpu_memory_partition"):
-            return "NPS1"
+            return self.node.memory_partition
+
+    def amdsmi_set_gpu_compute_partition(self, processor_handle: int, mode: int) -> None:
+        """Switch every GPU's compute partition (root only; INVAL for a mode the node's
+        memory mode forbids, e.g. SPX under NPS4). Handles change at the next init."""
+        self._set_partition(processor_handle, "amdsmi_set_gpu_compute_partition", mode, None)
+
+    def amdsmi_set_gpu_memory_partition(self, processor_handle: int, mode: int) -> None:
+        """Switch the memory partition (root only; the driver reload it needs is implied)."""
+        self._set_partition(processor_handle, "amdsmi_set_gpu_memory_partition", None, mode)
+
+    def _set_partition(
+        self, handle: int, function: str, compute: int | None, memory: int | None
+    ) -> None:
+        with self._call(handle, function):
+            if not self.node.root:
+                raise SmiStatusError(w.AMDSMI_STATUS_NO_PERM)
+            if self.node.partition_set_status:
+                raise SmiStatusError(self.node.partition_set_status)
+            new_compute = self.node.compute_partition
+            new_memory = self.node.memory_partition
+            if compute is not None:
+                new_compute = _COMPUTE_NAMES.get(compute, "")
+            if memory is not None:
+                new_memory = _MEMORY_NAMES.get(memory, "")
+            try:
+                self.node.set_partition_modes(new_compute, new_memory)
+            except ValueError:
+                raise SmiStatusError(w.AMDSMI_STATUS_INVAL) from None
 
     def amdsmi_get_gpu_metrics_header_info(self, processor_handle: int) -> r.MetricsHeader:
         with self._call(processor_handle, "amdsmi_get_gpu_metrics_header_info") as gpu:
@@ -979,7 +1043,7 @@ class RawLibrary:
         m.socket_thm_residency_acc = int(gpu.residency["socket"])
         m.vr_thm_residency_acc = int(gpu.residency["vr"])
         m.hbm_thm_residency_acc = int(gpu.residency["hbm"])
-        m.num_partition = 1
+        m.num_partition = PARTITION_COUNTS[self.node.compute_partition]
         m.pcie_lc_perf_other_end_recovery = int(gpu.pcie["other"]) & u32
         m.vram_max_bandwidth = s.vram_max_bandwidth_gbs
         ports = node.xgmi_ports(idx)

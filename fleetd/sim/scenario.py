@@ -44,8 +44,10 @@ from fleetd.clock import Clock
 from fleetd.configbase import Duration, StrictModel, load_yaml, validate
 from fleetd.errors import ConfigError, Problem
 from fleetd.logs import get_logger
+from fleetd.sim import wrapper as w
 from fleetd.sim.faults import FAULT_NAMES, FAULT_PARAMS
 from fleetd.sim.model import SimNode, build_node
+from fleetd.sim.partitions import check_modes
 from fleetd.sim.physics import noise
 
 log = get_logger(__name__)
@@ -182,6 +184,22 @@ class WorkerStep(StrictModel):
         return self
 
 
+class PartitionSpec(StrictModel):
+    """The node's GPU partition modes (valid combinations only: NPS4 needs QPX or CPX)."""
+
+    compute: Literal["SPX", "DPX", "QPX", "CPX"] = "SPX"
+    memory: Literal["NPS1", "NPS4"] = "NPS1"
+    lost_on_reset: bool = False
+    """Whether a hive reset returns the GPUs to SPX/NPS1 (as a reboot or driver reload does)."""
+    reapply_fails: bool = False
+    """Whether amdsmi's partition-setting calls fail (BUSY): a mode that will not re-apply."""
+
+    @model_validator(mode="after")
+    def _valid(self) -> PartitionSpec:
+        check_modes(self.compute, self.memory)
+        return self
+
+
 class Scenario(StrictModel):
     """A validated scenario file."""
 
@@ -191,6 +209,7 @@ class Scenario(StrictModel):
     seed: int = 0
     library_version: str = Field(default="26.1.0", pattern=r"^\d+\.\d+\.\d+$")
     """What the node's libamd_smi.so reports (26.1.x: ROCm 7.0; 26.4.0: ROCm 7.13)."""
+    partition: PartitionSpec = Field(default_factory=PartitionSpec)
     duration: Duration | None = None
     load_profile: LoadProfile | None = None
     steps: list[Step] = Field(default_factory=list)
@@ -410,6 +429,13 @@ def _describe(step: Step) -> str:
     return f"{where} {action.replace('_', ' ')}"
 
 
+def apply_partition(node: SimNode, spec: PartitionSpec) -> None:
+    """Put the node in the scenario's partition modes and failure behaviour."""
+    node.set_partition_modes(spec.compute, spec.memory)
+    node.partition_lost_on_reset = spec.lost_on_reset
+    node.partition_set_status = w.AMDSMI_STATUS_BUSY if spec.reapply_fails else 0
+
+
 def start_scenario(
     name_or_path: str | Path,
     clock: Clock,
@@ -422,15 +448,18 @@ def start_scenario(
     node = build_node(
         model or scenario.model, seed=scenario.seed if seed is None else seed, clock=clock
     )
+    apply_partition(node, scenario.partition)
     return node, ScenarioRunner(node, scenario, start=clock.now())
 
 
 __all__ = [
     "LoadProfile",
+    "PartitionSpec",
     "Scenario",
     "ScenarioRunner",
     "Step",
     "WorkerStep",
+    "apply_partition",
     "load_scenario",
     "parse_scenario",
     "scenario_names",

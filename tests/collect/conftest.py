@@ -78,9 +78,18 @@ def make_rig(
     sysfs: Path | None = None,
     slow_every: int = 1,
     metrics_table: bool = False,
+    compute_partition: str = "SPX",
+    memory_partition: str = "NPS1",
 ) -> Rig:
     """``sysfs``: give the node a fake sysfs tree there and the backend that root."""
-    node = build_node(model, seed=seed, clock=clock, root=root)
+    node = build_node(
+        model,
+        seed=seed,
+        clock=clock,
+        root=root,
+        compute_partition=compute_partition,
+        memory_partition=memory_partition,
+    )
     node.set_load(None, load)
     pci_root = node.attach_sysfs(sysfs) if sysfs is not None else None
     backend = AmdSmiBackend(SimulatedAmdSmi(node), pci_root=pci_root)

@@ -19,7 +19,14 @@ Calls = dict[str, Callable[[], Any]]
 
 # Functions that change state: exercised by dedicated tests, never by a surface read.
 MUTATORS = frozenset(
-    {"amdsmi_init", "amdsmi_shut_down", "amdsmi_reset_gpu", "amdsmi_reset_gpu_xgmi_error"}
+    {
+        "amdsmi_init",
+        "amdsmi_shut_down",
+        "amdsmi_reset_gpu",
+        "amdsmi_reset_gpu_xgmi_error",
+        "amdsmi_set_gpu_compute_partition",
+        "amdsmi_set_gpu_memory_partition",
+    }
 )
 
 TEMP_METRICS = ("CURRENT", "MAX", "CRITICAL", "EMERGENCY")

@@ -32,6 +32,7 @@ class EccCollector:
     ``slow_every`` polls), read at once when ``guard`` is on and the totals moved since."""
 
     name = "ecc"
+    board_level = True  # partition 0 only: NOT applicable on other partitions
 
     def __init__(self, slow_every: int = 1, guard: bool = True) -> None:
         if slow_every < 1:

@@ -54,6 +54,7 @@ FIELDS: tuple[tuple[str, str, str, Callable[[object], float | None]], ...] = (
 
 class PcieCollector:
     name = "pcie"
+    board_level = True  # partition 0 only: NOT applicable on other partitions
 
     def collect(self, gpu: GpuSource, now: float) -> list[Reading]:
         out = Readings(gpu.identity, now)

@@ -24,6 +24,7 @@ class PowerCollector:
     """Power and energy every poll; the power cap on the slow tier."""
 
     name = "power"
+    board_level = True  # partition 0 only: NOT applicable on other partitions
 
     def __init__(self, slow_every: int = 1, from_metrics: bool = False) -> None:
         """``from_metrics``: socket power and the energy accumulator from the gpu_metrics

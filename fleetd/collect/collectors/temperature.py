@@ -35,6 +35,7 @@ class TemperatureCollector:
     poll makes anyway) instead of one amdsmi_get_temp_metric call per sensor."""
 
     name = "temperature"
+    board_level = True  # partition 0 only: NOT applicable on other partitions
 
     def __init__(self, from_metrics: bool = False) -> None:
         self.from_metrics = from_metrics

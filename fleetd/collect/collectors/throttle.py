@@ -31,6 +31,7 @@ NO_PREVIOUS = "no_previous_sample"
 
 class ThrottleCollector:
     name = "throttle"
+    board_level = True  # partition 0 only: NOT applicable on other partitions
 
     def collect(self, gpu: GpuSource, now: float) -> list[Reading]:
         out = Readings(gpu.identity, now)

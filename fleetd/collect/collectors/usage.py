@@ -37,7 +37,7 @@ class UsageCollector:
 
     def collect(self, gpu: GpuSource, now: float) -> list[Reading]:
         out = Readings(gpu.identity, now)
-        if self.from_metrics:
+        if self.from_metrics and gpu.identity.primary:  # gpu_metrics: partition 0 only
             activity, err = attempt(gpu.per_poll, "gpu_metrics", now, gpu.gpu_metrics)
             keys = METRICS_ENGINES
         else:
@@ -63,8 +63,9 @@ class UsageCollector:
         raw, err = attempt(gpu.static, "vram_total", lambda: gpu.memory_total("VRAM"))
         out.add(MEMORY_TOTAL, parse.nonneg_bytes(raw), raw, reason=err)
 
-        clocks, _ = slow_part(gpu, self.name, self.slow_every, lambda: self._clocks(gpu, now))
-        out.items.extend(clocks)
+        if gpu.identity.primary:  # clocks are board-level: not applicable on other partitions
+            clocks, _ = slow_part(gpu, self.name, self.slow_every, lambda: self._clocks(gpu, now))
+            out.items.extend(clocks)
         return out.items
 
     @staticmethod

@@ -46,6 +46,7 @@ class XgmiCollector:
     """Link status and error status every poll; the traffic counters on the slow tier."""
 
     name = "xgmi"
+    board_level = True  # partition 0 only: NOT applicable on other partitions
 
     def __init__(self, slow_every: int = 1) -> None:
         if slow_every < 1:

@@ -312,6 +312,12 @@ class SimProvider:
     def amdsmi_get_gpu_memory_partition(self, handle: int, out: Any, length: int) -> None:
         _text_out(out, length, self.lib.amdsmi_get_gpu_memory_partition(handle))
 
+    def amdsmi_set_gpu_compute_partition(self, handle: int, mode: int) -> None:
+        self.lib.amdsmi_set_gpu_compute_partition(handle, mode)
+
+    def amdsmi_set_gpu_memory_partition(self, handle: int, mode: int) -> None:
+        self.lib.amdsmi_set_gpu_memory_partition(handle, mode)
+
     # ------------------------------------------------------------------ gpu_metrics, violations
     def amdsmi_get_gpu_metrics_header_info(self, handle: int, out: Any) -> None:
         fill(_target(out), self.lib.amdsmi_get_gpu_metrics_header_info(handle))

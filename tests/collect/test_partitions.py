@@ -1,0 +1,85 @@
+"""A CPX node polled: 64 logical devices, board readings once per physical GPU (partition 0)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fleetd.clock import FakeClock
+from fleetd.model import Snapshot
+
+from .conftest import make_rig
+
+BOARD_METRICS = {
+    "fleetd_gpu_power_watts",
+    "fleetd_gpu_temperature_celsius",
+    "fleetd_gpu_pcie_link_width_lanes",
+    "fleetd_gpu_ecc_errors_total",
+}
+
+
+def _metrics_of(snapshot: Snapshot, gpu: int) -> set[str]:
+    return {r.metric for r in snapshot.readings if dict(r.labels).get("gpu") == str(gpu)}
+
+
+@pytest.mark.parametrize("metrics_table", [False, True])
+def test_a_cpx_node_reads_board_data_once_per_physical_gpu(
+    clock: FakeClock, tmp_path: Path, metrics_table: bool
+) -> None:
+    rig = make_rig(
+        clock, model="MI300X", compute_partition="CPX", sysfs=tmp_path, metrics_table=metrics_table
+    )
+    try:
+        rig.poll()
+        snap = rig.poll()
+        gpus = rig.backend.gpus()
+        assert len(gpus) == 64
+        primaries = [g for g in gpus if g.primary]
+        assert len(primaries) == 8
+        assert len({g.serial for g in gpus}) == 8
+        spx = make_rig(FakeClock(), model="MI300X", metrics_table=metrics_table)
+        try:
+            spx.poll()
+            spx_missing = spx.poll().gpus[0].missing_readings  # MI300X lacks e.g. an edge sensor
+        finally:
+            spx.close()
+        for status in snap.gpus:
+            assert status.responsive, status
+            expected = spx_missing if status.gpu.primary else 0
+            assert status.missing_readings == expected, status
+        for g in gpus:
+            have = _metrics_of(snap, g.index)
+            assert "fleetd_gpu_utilization_ratio" in have  # per partition
+            if g.primary:
+                assert BOARD_METRICS & have == BOARD_METRICS
+            else:
+                assert BOARD_METRICS & have == set()  # not applicable: absent, not missing
+        second = next(r for r in snap.readings if dict(r.labels).get("gpu") == "1")
+        labels = dict(second.labels)
+        assert labels["gpu_partition_id"] == "1"
+        assert labels["gpu_compute_partition_type"] == "CPX"
+        assert labels["gpu_memory_partition_type"] == "NPS1"
+    finally:
+        rig.close()
+
+
+def test_an_spx_node_carries_no_partition_labels(clock: FakeClock) -> None:
+    rig = make_rig(clock, model="MI300X")
+    try:
+        snap = rig.poll()
+        assert len(rig.backend.gpus()) == 8
+        assert all("gpu_partition_id" not in dict(r.labels) for r in snap.readings)
+    finally:
+        rig.close()
+
+
+def test_a_reset_of_a_secondary_partition_goes_through_partition_0(clock: FakeClock) -> None:
+    rig = make_rig(clock, model="MI300X", compute_partition="DPX")
+    try:
+        rig.poll()
+        rig.backend.reset_gpu(5)  # GPU 2's partition 1
+        (record,) = rig.node.resets
+        assert record.initiator == 2
+    finally:
+        rig.close()
