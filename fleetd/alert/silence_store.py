@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from sqlalchemy import (
     Column,
@@ -233,11 +234,11 @@ def _check(
         raise ValueError("a silence needs an author (created_by)")
 
 
-def silence_row(silence: Silence) -> dict[str, object]:
-    """A silence as a table row (the fleet silences' table shares these columns)."""
+def silence_json(silence: Silence) -> dict[str, Any]:
+    """A silence as plain JSON, its matchers as text (the API view, the fleet cache)."""
     return {
         "id": silence.id,
-        "matchers": json.dumps([format_matcher(m) for m in silence.matchers]),
+        "matchers": [format_matcher(m) for m in silence.matchers],
         "starts_at": silence.starts_at,
         "ends_at": silence.ends_at,
         "created_by": silence.created_by,
@@ -247,14 +248,25 @@ def silence_row(silence: Silence) -> dict[str, object]:
     }
 
 
-def silence_from_row(row: RowMapping) -> Silence:
+def silence_from_json(data: Mapping[str, Any]) -> Silence:
+    """``silence_json``'s inverse (KeyError, ValueError or TypeError on a malformed one)."""
     return Silence(
-        id=row["id"],
-        matchers=tuple(parse_matcher(m) for m in json.loads(row["matchers"])),
-        starts_at=row["starts_at"],
-        ends_at=row["ends_at"],
-        created_by=row["created_by"],
-        comment=row["comment"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
+        id=str(data["id"]),
+        matchers=tuple(parse_matcher(m) for m in data["matchers"]),
+        starts_at=float(data["starts_at"]),
+        ends_at=float(data["ends_at"]),
+        created_by=str(data["created_by"]),
+        comment=str(data["comment"]),
+        created_at=float(data["created_at"]),
+        updated_at=float(data["updated_at"]),
     )
+
+
+def silence_row(silence: Silence) -> dict[str, object]:
+    """A silence as a table row (the fleet silences' table shares these columns)."""
+    data = silence_json(silence)
+    return {**data, "matchers": json.dumps(data["matchers"])}
+
+
+def silence_from_row(row: RowMapping) -> Silence:
+    return silence_from_json({**row, "matchers": json.loads(row["matchers"])})

@@ -27,8 +27,7 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from fleetd.alert.matchers import format_matcher, parse_matcher
-from fleetd.alert.silence_store import Silence
+from fleetd.alert.silence_store import Silence, silence_from_json, silence_json
 from fleetd.api.alerts import current_alerts, firing
 from fleetd.api.services import ApiServices
 from fleetd.api.status import node_status
@@ -258,19 +257,7 @@ class RegistryHeartbeat:
     def _save_cache(self, silences: Sequence[Silence]) -> None:
         if self._cache_path is None:
             return
-        data = [
-            {
-                "id": s.id,
-                "matchers": [format_matcher(m) for m in s.matchers],
-                "starts_at": s.starts_at,
-                "ends_at": s.ends_at,
-                "created_by": s.created_by,
-                "comment": s.comment,
-                "created_at": s.created_at,
-                "updated_at": s.updated_at,
-            }
-            for s in silences
-        ]
+        data = [silence_json(s) for s in silences]
         try:
             tmp = self._cache_path.with_suffix(".tmp")
             tmp.write_text(json.dumps(data), encoding="utf-8")
@@ -285,19 +272,7 @@ class RegistryHeartbeat:
             return
         try:
             data = json.loads(self._cache_path.read_text(encoding="utf-8"))
-            silences = [
-                Silence(
-                    id=str(d["id"]),
-                    matchers=tuple(parse_matcher(m) for m in d["matchers"]),
-                    starts_at=float(d["starts_at"]),
-                    ends_at=float(d["ends_at"]),
-                    created_by=str(d["created_by"]),
-                    comment=str(d["comment"]),
-                    created_at=float(d["created_at"]),
-                    updated_at=float(d["updated_at"]),
-                )
-                for d in data
-            ]
+            silences = [silence_from_json(d) for d in data]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("fleet_silence_cache_unreadable", error=str(exc))
             return

@@ -21,7 +21,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import (
-    Engine,
     RowMapping,
     insert,
     select,
@@ -33,10 +32,9 @@ from fleetd.alert.matchers import format_matcher, parse_matcher
 from fleetd.alert.silence_store import Silence, silence_from_row, silence_row
 from fleetd.model import Labels, make_labels
 from fleetd.query import Matcher, matches_all
+from fleetd.registry.book import RegistryBook
 from fleetd.registry.reader import RegistryError, describe_error
 from fleetd.registry.store import (
-    REGISTRY_METADATA,
-    _engine,
     acks_table,
     audit_table,
     silences_table,
@@ -176,28 +174,11 @@ def check_silence(
         raise ValueError("a silence needs an author")
 
 
-class FleetSilenceBook:
+class FleetSilenceBook(RegistryBook):
     """Add, expire and read fleet silences and their audit trail in the registry."""
 
-    def __init__(self, url: str, *, timeout: float = 5.0, engine: Engine | None = None) -> None:
-        self._own = engine is None
-        self._engine = engine if engine is not None else _engine(url, timeout)
-        self._ready = False
-
-    def _ensure(self) -> None:
-        if self._ready:
-            return
-        tables = [silences_table, acks_table, audit_table]
-        try:
-            REGISTRY_METADATA.create_all(self._engine, tables=tables, checkfirst=True)
-        except SQLAlchemyError as exc:  # two creators at once: the loser finds them there
-            from sqlalchemy import inspect
-
-            if not all(inspect(self._engine).has_table(t.name) for t in tables):
-                raise RegistryError(
-                    f"cannot create the fleet silence tables: {describe_error(exc)}"
-                ) from None
-        self._ready = True
+    TABLES = (silences_table, acks_table, audit_table)
+    WHAT = "fleet silence tables"
 
     def add(
         self,
@@ -363,10 +344,6 @@ class FleetSilenceBook:
                     conn.execute(stmt)
         except SQLAlchemyError as exc:
             raise RegistryError(f"cannot write the registry: {describe_error(exc)}") from None
-
-    def close(self) -> None:
-        if self._own:
-            self._engine.dispose()
 
 
 def for_node(
