@@ -482,6 +482,7 @@ class Daemon:
             backend=self.backend,
             poller=self.poller,
             remediation=self.remediation,
+            serving=self.vllm.peers if self.vllm is not None else None,
         )
         if self.heartbeat is not None:
             interval = self.config.registry.heartbeat_interval

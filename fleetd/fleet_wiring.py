@@ -21,6 +21,7 @@ from fleetd.doctor import partition_modes
 from fleetd.registry.drift import NodeVersions, node_versions, partition_layout
 from fleetd.registry.heartbeat import RegistryHeartbeat, default_address
 from fleetd.remedy.service import Remediation
+from fleetd.vllm.peers import PeerComparison
 
 FLEET_SILENCE_CACHE = "fleet-silences.json"  # the fleet silences last read, across restarts
 
@@ -57,17 +58,28 @@ def start_heartbeat(
     backend: AmdSmiBackend,
     poller: _Poller,
     remediation: Remediation | None,
+    serving: PeerComparison | None = None,
 ) -> RegistryHeartbeat | None:
-    """The fleet heartbeat ``registry:`` asks for, or None when no registry is configured."""
+    """The fleet heartbeat ``registry:`` asks for, or None when no registry is configured.
+
+    ``serving``: the gray-failure comparison, which then also compares this node's hives with
+    the fleet's (figures published and read with each beat)."""
     registry = config.registry
     if registry.url is None:
         return None
     tls = config.http.tls_cert is not None
+    versions = NodeVersionReader(backend, poller)
+    if serving is not None:
+        sku = versions().sku
+        hives = {g.index: g.hive_id for g in backend.gpus() if g.hive_id}
+        if sku is not None:
+            serving.enable_fleet(config.node.name, sku, hives, registry.stale_after)
     return RegistryHeartbeat(
         registry,
         services,
         address=default_address(config.node.name, config.http.port, tls=tls),
-        versions=NodeVersionReader(backend, poller),
+        versions=versions,
         cache_path=config.state_dir / FLEET_SILENCE_CACHE,
         remediation_mode=remediation.set_fleet_mode if remediation is not None else None,
+        serving=serving,
     )
