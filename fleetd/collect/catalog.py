@@ -330,6 +330,14 @@ VLLM_METRICS: tuple[MetricSpec, ...] = (
         "Generation tokens per joule over the last scrape interval, per GPU.",
         *GPU,
     ),
+    _m(
+        "fleetd_vllm_generation_tokens_per_second",
+        "gauge",
+        "tokens/s",
+        "Generation tokens per second of each vLLM worker over the same interval as "
+        "fleetd_gpu_tokens_per_joule (the dashboards' peer comparison).",
+        "worker",
+    ),
 )
 
 SERVING_METRICS: tuple[MetricSpec, ...] = (
