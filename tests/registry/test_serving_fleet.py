@@ -133,3 +133,43 @@ def test_cut_off_from_the_registry_the_comparison_is_node_local_and_says_so(
     finally:
         n.heartbeat.close()
         n.agent.stop()
+
+
+def test_the_daemon_publishes_its_workers_figures_with_the_heartbeat(
+    tmp_path: Path, pg_url: str
+) -> None:
+    from fleetd.sim.vllm_worker import StandInFleet
+
+    clock = FakeClock(START)
+    standins = StandInFleet(tmp_path / "standin", clock=clock)
+    workers = [standins.add(f"gpu{i}", [i], model="m") for i in range(4)]
+    vllm = {"workers": [{"name": w.name, "url": w.url, "gpus": list(w.gpus), "model": "m"}
+                        for w in workers]}  # fmt: skip
+    agent = start_agent(tmp_path / "n", name="gpu-node-201", clock=clock, vllm=vllm,
+                        registry={"url": pg_url, "timeout": 1})  # fmt: skip
+    try:
+        wiring = agent.daemon.vllm
+        assert wiring is not None and wiring.peers.fleet_target == ("gpu-node-201", "MI355X")
+        for w in workers:
+            w.add_requests(8, 600.0)
+        for _ in range(24):  # two minutes of polls and scrapes
+            agent.tick()
+            agent.daemon.scrape_vllm()
+            clock.advance(5.0)
+        (before,) = wiring.peers.last_fleet  # no heartbeat yet: node-local only, and it says so
+        assert not before.compared and "never read" in before.why
+        agent.daemon.beat()
+        engine = create_engine(pg_url)
+        with engine.connect() as conn:
+            rows = conn.execute(select(serving_table)).mappings().all()
+        engine.dispose()
+        assert sorted(r["worker"] for r in rows) == ["gpu0", "gpu1", "gpu2", "gpu3"]
+        assert all(r["node"] == "gpu-node-201" and r["sku"] == "MI355X" for r in rows)
+        assert all(r["per_token_s"] is not None and r["per_token_s"] > 0 for r in rows)
+        assert {r["hive"] for r in rows} == {before.hive}  # the GPUs' XGMI hive id
+        agent.daemon.scrape_vllm()
+        (after,) = wiring.peers.last_fleet  # read the fleet: alone in it, too few peers
+        assert not after.compared and after.why == "0 peer hive(s) with data, 3 needed"
+    finally:
+        agent.stop()
+        standins.close()
