@@ -11,7 +11,10 @@ on the 160 histograms' rates. Then the gray-failure detector (``fleetd/vllm/peer
 ``--trials`` randomised runs of each scenario — clocks pulled down on one GPU (hardware), a slow
 engine (engine), a traffic shift on one worker (workload), and a healthy node — through the
 memory window as the daemon feeds it: detection delay (the verdict, plus the rule's
-``for: 10m``) and a confusion table of true class against attribution. Prints one JSON line.
+``for: 10m``) and a confusion table of true class against attribution. Last, the fleet-peer
+comparison (``fleetd/vllm/fleet.py``): CPU per evaluation of one node's hive against the
+figures a heartbeat read of 10, 100 and 1,000 peer nodes (8 workers each, same SKU and model).
+Prints one JSON line.
 
     python bench/slo.py [--ticks 200] [--hours 24] [--scrape 30]
 """
@@ -37,6 +40,7 @@ from fleetd.rules.loader import load_rule_set
 from fleetd.rules.quantile import histogram_quantile
 from fleetd.store.memory import MemoryWindow
 from fleetd.vllm.config import PeersConfig, VllmWorkerConfig
+from fleetd.vllm.fleet import FleetView, ServingFigure, judge_fleet
 from fleetd.vllm.peers import SLOWDOWN, PeerComparison
 from fleetd.vllm.serving import HISTOGRAMS, le_text
 
@@ -165,6 +169,27 @@ def gray_failures(trials: int) -> dict[str, object]:
     }
 
 
+def fleet_cost(peer_nodes: int, rng: random.Random) -> float:
+    """Median CPU milliseconds of one fleet comparison against ``peer_nodes`` peers' rows."""
+
+    def hive(node: str) -> list[ServingFigure]:
+        return [
+            ServingFigure(node, "0", f"w{i}", MODEL, "MI355X", (i,), T_END,
+                          0.03 * rng.uniform(0.95, 1.05), 3.0, 2.1e9, 0.02, 8.0)
+            for i in range(WORKERS)
+        ]  # fmt: skip
+
+    view = FleetView(tuple(f for n in range(peer_nodes) for f in hive(f"n{n}")), read_at=T_END)
+    mine = hive("me")
+    settings = PeersConfig()
+    cpu = []
+    for _ in range(20):
+        c0 = time.thread_time()
+        judge_fleet(mine, view, settings, T_END, max_age=60.0)
+        cpu.append((time.thread_time() - c0) * 1000.0)
+    return round(statistics.median(cpu), 3)
+
+
 def _p99(values: list[float]) -> float:
     return values[min(len(values) - 1, int(len(values) * 0.99))]
 
@@ -240,6 +265,8 @@ def main() -> None:
         q_cpu.append((time.thread_time() - c0) * 1000.0)
     q_cpu.sort()
     gray = gray_failures(args.trials)
+    fleet_rng = random.Random(5)
+    fleet = {f"fleet_peer_cpu_ms_{n}_nodes": fleet_cost(n, fleet_rng) for n in (10, 100, 1000)}
     print(
         json.dumps(
             {
@@ -263,6 +290,7 @@ def main() -> None:
                 "load_average_1m": round(os.getloadavg()[0], 2),
                 "setup_s": round(setup_s, 1),
                 **gray,
+                **fleet,
             }
         )
     )

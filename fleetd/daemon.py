@@ -20,50 +20,41 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Any, TextIO
+from typing import TextIO
 
 import requests
 from prometheus_client import CollectorRegistry
 
 from fleetd import __version__
 from fleetd.alert.dispatch import Dispatcher
-from fleetd.alert.gpuinfo import details_from
-from fleetd.api.node_http import mount_node_endpoints, open_server
-from fleetd.api.routes import build_api_router
 from fleetd.api.server import HttpServer, Router
-from fleetd.api.services import ApiServices
 from fleetd.clock import Clock, SteadyClock
 from fleetd.clockwatch import check_clock, resume_after_restart
 from fleetd.collect.abi import amdsmi_info
 from fleetd.collect.amdsmi_backend import AmdSmiBackend
-from fleetd.collect.cadence import metric_cadence
-from fleetd.collect.collectors import default_collectors
 from fleetd.collect.exporter import FleetdExporter
-from fleetd.collect.poller import Poller
 from fleetd.collect.rediscovery import REDISCOVER_INTERVAL_S, REDISCOVER_PERIOD_S, Rediscovery
-from fleetd.collect.serial import PollSafeBackend, SerialPoller
 from fleetd.config import FleetdConfig, absent_gpus, load_config
-from fleetd.doctor import GPU_CATALOG, partition_modes, preflight
+from fleetd.doctor import GPU_CATALOG, preflight
 from fleetd.errors import ConfigError, Problem
 from fleetd.events_wiring import EventWiring
+from fleetd.fleet_wiring import start_heartbeat
 from fleetd.gpu_wiring import SimContext, carry_over_uuids, open_backend
 from fleetd.handoff import AlertStateKeeper, Handoff
+from fleetd.http_wiring import serve_http
 from fleetd.jobs import JobRunner
 from fleetd.logs import get_logger
 from fleetd.model import Reading, Snapshot, Transition
+from fleetd.parts import build_dispatcher, build_engine, build_node_remediation, build_poller
 from fleetd.polltiming import PollTiming
-from fleetd.registry.drift import NodeVersions, node_versions, partition_layout
-from fleetd.registry.heartbeat import RegistryHeartbeat, default_address
+from fleetd.registry.heartbeat import RegistryHeartbeat
 from fleetd.reload import apply_reload, reload_logged
 from fleetd.remedy.events import ChangeSink
-from fleetd.remedy.notify import DispatcherSink, EventLogSink, FanoutSink
 from fleetd.remedy.service import Remediation
-from fleetd.remedy_wiring import build_remediation
-from fleetd.rules.alert_events import alert_events
-from fleetd.rules.config import engine_settings, load_rules
+from fleetd.rules.alert_events import log_alert_events
+from fleetd.rules.config import load_rules
 from fleetd.rules.coverage import InputCoverage
-from fleetd.rules.engine import RuleEngine
-from fleetd.rules.health import ServiceWatch, out_of_service, summary_parts
+from fleetd.rules.health import ServiceWatch, out_of_service, status_line
 from fleetd.rules.state_store import AlertStateStore
 from fleetd.sdnotify import SystemdNotify, watchdog_interval
 from fleetd.selfmetrics import SelfMetrics
@@ -71,12 +62,10 @@ from fleetd.store.functions import at_ms
 from fleetd.store.hybrid import HybridQuery, warm_memory
 from fleetd.store.memory import MemoryWindow
 from fleetd.store.resilient import ResilientStore
-from fleetd.vllm.collector import TokensPerJouleTracker, VllmScraper
-from fleetd.vllm.peers import PeerComparison
+from fleetd.vllm_wiring import VllmWiring
 
 log = get_logger("daemon")
 
-FLEET_SILENCE_CACHE = "fleet-silences.json"  # the fleet silences last read, across restarts
 CLOCK_CHECK_INTERVAL_S = 1.0
 __all__ = ["REDISCOVER_INTERVAL_S", "REDISCOVER_PERIOD_S", "Daemon", "SimContext", "open_backend"]
 
@@ -111,7 +100,6 @@ class Daemon:
         self.remediation_observer = remediation_observer
         self.schedule_jobs = schedule_jobs  # tests drive the jobs by hand on a fake clock
         self.heartbeat: RegistryHeartbeat | None = None
-        self._partition: tuple[tuple[str, ...], str | None] | None = None  # GPUs → layout
         self._stop = threading.Event()
         self._reload_requested = threading.Event()
         self._reload_lock = threading.Lock()
@@ -129,20 +117,7 @@ class Daemon:
         self.backend = backend
         self.sim = sim
         node = config.node.name
-        self.poller = SerialPoller(
-            Poller(
-                backend,
-                default_collectors(
-                    processes_interval=config.poll.slow_interval,
-                    slow_every=config.collect.slow_every,
-                    ecc_guard=config.collect.ecc_guard,
-                    metrics_table=config.collect.metrics_table,
-                ),
-                node=node,
-                gpu_timeout=config.poll.gpu_timeout,
-                timer=clock.monotonic,
-            )
-        )
+        self.poller = build_poller(config, backend, clock)
         self.rediscovery = Rediscovery(backend, self.poller, busy=self._remediation_active)
         self.registry = CollectorRegistry()
         self.exporter = FleetdExporter(
@@ -154,26 +129,9 @@ class Daemon:
             config.store.database_url(config.state_dir), config.store, node=node
         )
         self.query: HybridQuery | None = None
-        self.engine = RuleEngine(
-            rules,
-            engine_settings(
-                config.rules,
-                config.poll.interval,
-                cadence=metric_cadence(config.collect.slow_every),
-            ),
-            node=node,
-            timer=clock.monotonic,
-        )
+        self.engine = build_engine(config, rules, clock)
         self.session = requests.Session()
-        self.vllm = (
-            VllmScraper(config.vllm.workers, self.session, timeout=config.vllm.timeout)
-            if config.vllm.workers
-            else None
-        )
-        self.tokens = TokensPerJouleTracker(config.vllm.workers)
-        self.peers = PeerComparison(
-            config.vllm.workers, config.vllm.peers, scrape_interval=config.vllm.scrape_interval
-        )
+        self.vllm = VllmWiring.build(config.vllm, self.session)
         self.dispatcher: Dispatcher | None = None
         self.remediation: Remediation | None = None
         self.service: ServiceWatch | None = None
@@ -205,7 +163,9 @@ class Daemon:
             )
         alert_state = AlertStateStore(db)
         entries, last_eval_at = alert_state.load()
-        now = self._resume_clock(last_eval_at, now)
+        if last_eval_at is not None and isinstance(self.clock, SteadyClock):
+            resume_after_restart(self.clock, last_eval_at, now)
+            now = self.now()
         carry_over_uuids(self.config.state_dir, self.backend, self.store, now)
         if self.store.samples is not None:
             loaded = warm_memory(self.memory, self.store, now=now)
@@ -213,28 +173,24 @@ class Daemon:
         self.query = HybridQuery(self.memory, self.store)
         self.engine.restore(entries, last_eval_at=last_eval_at, now=now)
         self.alert_state = AlertStateKeeper(alert_state, self.engine)
-        self.dispatcher = Dispatcher(
-            self.config.alerting,
+        self.dispatcher = build_dispatcher(
+            self.config,
             db,
-            node=self.config.node.name,
             now=now,
             session=self.session,
             stream=self.console_stream,
-            external_labels=self.config.node.labels,
-            gpu_details=details_from(self.backend.gpus),
+            backend=self.backend,
         )
-        sinks: list[ChangeSink] = [DispatcherSink(self.dispatcher)]
-        if self.remediation_observer is not None:
-            sinks.append(self.remediation_observer)
-        self.remediation = build_remediation(
+        self.remediation = build_node_remediation(
             self.config,
-            db=db,
-            backend=PollSafeBackend(self.backend, self.poller),
+            db,
+            backend=self.backend,
             poller=self.poller,
             clock=self.clock,
-            sink=FanoutSink(sinks),
-            events=EventLogSink(self.store.append_event),
-            alerts=self.engine,
+            dispatcher=self.dispatcher,
+            observer=self.remediation_observer,
+            store=self.store,
+            engine=self.engine,
         )
         remedy = self.remediation
         if remedy is not None:  # health says which GPUs remediation has out of service
@@ -252,7 +208,7 @@ class Daemon:
             fleet=self._fleet_readings,
         )
         self.events = EventWiring.build(self)
-        self._serve_http()
+        self.services, self.http = serve_http(self)
         self.exporter.update_group("backend", [amdsmi_info(self.backend.abi, now)])
         rules = self.engine.rules
         self.exporter.update_group("doctor", preflight(self.config, self.backend, rules, now))
@@ -268,12 +224,6 @@ class Daemon:
         for warning in absent_gpus(self.config, {gpu.index for gpu in gpus}):
             log.warning("config_gpu_absent", detail=warning)  # not fatal: see absent_gpus
         log.info("fleetd_started", node=self.config.node.name, gpus=len(gpus))
-
-    def _resume_clock(self, last_eval_at: float | None, now: float) -> float:
-        if last_eval_at is None or not isinstance(self.clock, SteadyClock):
-            return now
-        resume_after_restart(self.clock, last_eval_at, now)
-        return self.now()
 
     def job_interval(self, seconds: float) -> float:
         """A job's period in real seconds (the demo runs its clock ``time_scale`` times
@@ -419,15 +369,7 @@ class Daemon:
         self.handoff.submit(transitions, now)
         if transitions:  # the outbox has them: deliver beside the writes below, not after
             self.scheduler.run_soon("deliver")
-        for event in alert_events(transitions):  # fired and resolved, for history and explain
-            self.store.append_event(
-                event.kind,
-                now=event.at,
-                gpu=event.gpu,
-                message=event.message,
-                data=event.data,
-                actor=event.actor,
-            )
+        log_alert_events(transitions, self.store.append_event)  # for history and explain
         # while the outbox holds notifications in memory only, so does the alert state: after
         # a crash the rules re-announce what the database never recorded
         self.alert_state.save(hold=self.handoff.pending() or self._storage_down())
@@ -468,25 +410,14 @@ class Daemon:
 
     def status_line(self, snapshot: Snapshot) -> str:
         """One line for systemd's STATUS=: healthy count, problems, storage state."""
-        health = self.engine.health()
-        total = len(snapshot.gpus)
-        if health is None:
-            return f"{total} GPUs polled; rules not evaluated yet"
-        parts = summary_parts(health)
-        if self.store.health().degraded:
-            parts.append("storage degraded")
-        return "; ".join(parts)
+        return status_line(self.engine.health(), snapshot, self.store.health().degraded)
 
     def deliver(self) -> None:
         """Flush due alert groups and deliver the outbox (waits while storage is down)."""
-        if self.dispatcher is None:
-            return
-        try:
-            self.dispatcher.tick(self.now())
-        except Exception as exc:
-            if not self.store.health().degraded:
-                raise
-            log.warning("alert_delivery_waiting_for_storage", error=repr(exc))
+        if self.dispatcher is not None:
+            self._unless_storage_down(
+                self.dispatcher.tick, self.now(), "alert_delivery_waiting_for_storage"
+            )
 
     def remediate(self) -> None:
         """Advance remediation runs; a run never acts without its journal, so it waits too."""
@@ -494,12 +425,16 @@ class Daemon:
             return
         now = self.now()
         self.handoff.to_remediation(now, wait=True)
+        self._unless_storage_down(self.remediation.tick, now, "remediation_waiting_for_storage")
+
+    def _unless_storage_down(self, step: Callable[[float], object], now: float, event: str) -> None:
+        """Run ``step(now)``; while storage is degraded its failure is logged, not raised."""
         try:
-            self.remediation.tick(now)
+            step(now)
         except Exception as exc:
             if not self.store.health().degraded:
                 raise
-            log.warning("remediation_waiting_for_storage", error=repr(exc))
+            log.warning(event, error=repr(exc))
 
     def maintain(self) -> None:
         now = self.now()
@@ -511,22 +446,14 @@ class Daemon:
         self.rediscovery.maybe(now)
 
     def scrape_vllm(self) -> None:
-        if self.vllm is None:
-            return
-        now = self.now()
-        scrape = self.vllm.scrape(now)
-        self.memory.append(scrape.readings)
-        self.store.append(scrape.readings, now=now)
-        derived: list[Any] = []
-        if self.last_snapshot is not None:
-            derived = self.tokens.update(scrape.readings, self.last_snapshot, now)
-            self.memory.append(derived)
-        verdicts = self.peers.assess(self.memory, now)  # gray failure: against node peers
-        if verdicts:
-            self.memory.append(verdicts)
-            self.store.append(verdicts, now=now)
-            derived = [*derived, *verdicts]
-        self.exporter.update_vllm([*scrape.readings, *derived], scrape.failed_workers)
+        if self.vllm is not None:
+            self.vllm.scrape(
+                self.now(),
+                memory=self.memory,
+                store=self.store,
+                exporter=self.exporter,
+                last_snapshot=self.last_snapshot,
+            )
 
     # ------------------------------------------------------------------------------ reload
     def reload(self) -> bool:
@@ -547,74 +474,19 @@ class Daemon:
         snapshot = self.last_snapshot
         self.notifier.ready(self.status_line(snapshot) if snapshot is not None else "running")
 
-    # ------------------------------------------------------------------------------ HTTP
-    def _serve_http(self) -> None:
-        assert self.dispatcher is not None and self.query is not None
-        self.services = ApiServices(
-            node=self.config.node.name,
-            clock=self.clock,
-            latest_snapshot=lambda: self.last_snapshot,
-            engine=self.engine,
-            dispatcher=self.dispatcher,
-            events=self.store,
-            query=self.query,
-            remedy=self.remediation,
-            # a built-in config (demo, --simulate without a file) has nothing to reload
-            reload=self.reload_or_raise if self.config_path is not None else None,
-            config=self.config.api,
-            labels=self.config.node.labels,
-            blind_spots=lambda: self.coverage.blind_spots(self.engine.rules),
-        )
-        api = self.config.api
-        build_api_router(
-            self.services, token=api.token, token_name=api.token_name, router=self.router
-        )
-        mount_node_endpoints(
-            self.router,
-            render_metrics=self._render_metrics,
-            poll_age=self.poll_age,
-            timing=lambda: self.timing,
-            storage=self.store.health,
-        )
-        self.http = open_server(self.router, self.config.http)
-        self.http.start()
-        log.info("http_listening", address=self.http.address)
-
-    def _render_metrics(self) -> bytes:
-        if self.self_metrics is not None:
-            self.self_metrics.refresh_service_view(self.now())
-        return self.exporter.render()
-
+    # ------------------------------------------------------------------------------ fleet
     def _start_heartbeat(self) -> None:
-        registry = self.config.registry
-        if registry.url is None:
-            return
-        tls = self.config.http.tls_cert is not None
-        address = default_address(self.config.node.name, self.config.http.port, tls=tls)
-        self.heartbeat = RegistryHeartbeat(
-            registry,
+        self.heartbeat = start_heartbeat(
+            self.config,
             self.services,
-            address=address,
-            versions=self._node_versions,
-            cache_path=self.config.state_dir / FLEET_SILENCE_CACHE,
-            remediation_mode=(
-                self.remediation.set_fleet_mode if self.remediation is not None else None
-            ),
+            backend=self.backend,
+            poller=self.poller,
+            remediation=self.remediation,
+            serving=self.vllm.peers if self.vllm is not None else None,
         )
-        self.scheduler.add("heartbeat", self.beat, self.job_interval(registry.heartbeat_interval))
-
-    def _node_versions(self) -> NodeVersions:
-        """What this node runs, for drift; the partition modes are read again only when the
-        GPUs were enumerated anew (a re-partition reloads the driver)."""
-        abi = self.backend.abi
-        amdsmi = "/".join(v for v in (abi.package, abi.library) if v) or None
-        gpus = self.backend.gpus()
-        key = tuple(g.uuid for g in gpus)
-        if self._partition is None or self._partition[0] != key:
-            with self.poller.lock:  # amdsmi calls outside a poll take the poll's lock
-                modes = partition_modes(self.backend)
-            self._partition = (key, partition_layout(modes))
-        return node_versions(gpus, amdsmi=amdsmi, fleetd=__version__, partition=self._partition[1])
+        if self.heartbeat is not None:
+            interval = self.config.registry.heartbeat_interval
+            self.scheduler.add("heartbeat", self.beat, self.job_interval(interval))
 
     def _fleet_readings(self, now: float) -> list[Reading]:
         return self.heartbeat.readings(now) if self.heartbeat is not None else []

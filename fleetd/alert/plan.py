@@ -17,7 +17,7 @@ notification-log entries to write with them, in one transaction) and touch nothi
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from fleetd.alert.dedup import NotifyReason, needs_update
 from fleetd.alert.entries import new_entry
@@ -185,17 +185,8 @@ def plan_sync(
         return None, drop
     current.sort(key=lambda a: (a.starts_at, a.fingerprint))
     status: Status = "firing" if any(a.firing for a in current) else "resolved"
-    notification = Notification(
-        receiver=integration.receiver,
-        integration=integration.id,
-        action="notify",
-        status=status,
-        node=ctx.node,
-        created_at=ctx.now,
-        group_key=SYNC_GROUP,
-        alerts=tuple(current),
-        reason="sync",
-        external_url=ctx.external_url,
+    notification = replace(
+        _notify(integration, ctx, status, SYNC_GROUP, tuple(current), "sync"),
         lease_until=ctx.now + LEASE_RESENDS * integration.resend_interval,
     )
     return _entry(integration, SYNC_GROUP, notification), drop
@@ -209,6 +200,23 @@ def _notification(
     alerts: tuple[AlertRecord, ...],
     reason: NotifyReason,
 ) -> Notification:
+    return replace(
+        _notify(integration, ctx, status, group.key, alerts, str(reason)),
+        group_labels=group.labels,
+        node_labels=ctx.node_labels,
+        gpu_details=collect(ctx.gpu_details, (a.label("gpu") for a in alerts)),
+    )
+
+
+def _notify(
+    integration: Integration,
+    ctx: Context,
+    status: Status,
+    group_key: str,
+    alerts: tuple[AlertRecord, ...],
+    reason: str,
+) -> Notification:
+    """What every notification to ``integration`` of this flush carries."""
     return Notification(
         receiver=integration.receiver,
         integration=integration.id,
@@ -216,13 +224,10 @@ def _notification(
         status=status,
         node=ctx.node,
         created_at=ctx.now,
-        group_key=group.key,
-        group_labels=group.labels,
+        group_key=group_key,
         alerts=alerts,
-        reason=str(reason),
+        reason=reason,
         external_url=ctx.external_url,
-        node_labels=ctx.node_labels,
-        gpu_details=collect(ctx.gpu_details, (a.label("gpu") for a in alerts)),
     )
 
 

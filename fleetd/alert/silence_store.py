@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from sqlalchemy import (
     Column,
@@ -130,21 +131,21 @@ class SilenceStore:
             updated_at=now,
         )
         with self.db.begin() as conn:
-            conn.execute(insert(silences_table).values(**_row(silence)))
+            conn.execute(insert(silences_table).values(**silence_row(silence)))
         return silence
 
     def get(self, silence_id: str) -> Silence | None:
         t = silences_table
         with self.db.engine.connect() as conn:
             row = conn.execute(select(t).where(t.c.id == silence_id)).mappings().first()
-        return None if row is None else _silence(row)
+        return None if row is None else silence_from_row(row)
 
     def all(self, now: float | None = None, state: SilenceState | None = None) -> list[Silence]:
         """Every silence, newest first; with ``state`` only those in that state at ``now``."""
         t = silences_table
         with self.db.engine.connect() as conn:
             rows = conn.execute(select(t).order_by(t.c.created_at.desc(), t.c.id)).mappings()
-            found = [_silence(r) for r in rows]
+            found = [silence_from_row(r) for r in rows]
         if state is None:
             return found
         if now is None:
@@ -155,7 +156,7 @@ class SilenceStore:
         t = silences_table
         with self.db.engine.connect() as conn:
             rows = conn.execute(select(t).where(t.c.ends_at > now)).mappings()
-            return [_silence(r) for r in rows]
+            return [silence_from_row(r) for r in rows]
 
     def expire(self, silence_id: str, now: float) -> Silence:
         """End a silence now (a pending one ends before it began); KeyError if unknown."""
@@ -233,10 +234,11 @@ def _check(
         raise ValueError("a silence needs an author (created_by)")
 
 
-def _row(silence: Silence) -> dict[str, object]:
+def silence_json(silence: Silence) -> dict[str, Any]:
+    """A silence as plain JSON, its matchers as text (the API view, the fleet cache)."""
     return {
         "id": silence.id,
-        "matchers": json.dumps([format_matcher(m) for m in silence.matchers]),
+        "matchers": [format_matcher(m) for m in silence.matchers],
         "starts_at": silence.starts_at,
         "ends_at": silence.ends_at,
         "created_by": silence.created_by,
@@ -246,14 +248,25 @@ def _row(silence: Silence) -> dict[str, object]:
     }
 
 
-def _silence(row: RowMapping) -> Silence:
+def silence_from_json(data: Mapping[str, Any]) -> Silence:
+    """``silence_json``'s inverse (KeyError, ValueError or TypeError on a malformed one)."""
     return Silence(
-        id=row["id"],
-        matchers=tuple(parse_matcher(m) for m in json.loads(row["matchers"])),
-        starts_at=row["starts_at"],
-        ends_at=row["ends_at"],
-        created_by=row["created_by"],
-        comment=row["comment"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
+        id=str(data["id"]),
+        matchers=tuple(parse_matcher(m) for m in data["matchers"]),
+        starts_at=float(data["starts_at"]),
+        ends_at=float(data["ends_at"]),
+        created_by=str(data["created_by"]),
+        comment=str(data["comment"]),
+        created_at=float(data["created_at"]),
+        updated_at=float(data["updated_at"]),
     )
+
+
+def silence_row(silence: Silence) -> dict[str, object]:
+    """A silence as a table row (the fleet silences' table shares these columns)."""
+    data = silence_json(silence)
+    return {**data, "matchers": json.dumps(data["matchers"])}
+
+
+def silence_from_row(row: RowMapping) -> Silence:
+    return silence_from_json({**row, "matchers": json.loads(row["matchers"])})

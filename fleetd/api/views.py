@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from fleetd.alert.matchers import format_matcher
 from fleetd.alert.notification import HeldAlert
-from fleetd.alert.silence_store import Silence
+from fleetd.alert.silence_store import Silence, silence_json
 from fleetd.model import Alert, Health, Labels, label_value
 from fleetd.remedy.codec import trigger_to_dict
 from fleetd.remedy.events import RemediationEvent
@@ -112,17 +111,7 @@ def _muting(held: HeldAlert | None) -> Json:
 
 
 def silence_view(silence: Silence, now: float) -> Json:
-    return {
-        "id": silence.id,
-        "matchers": [format_matcher(m) for m in silence.matchers],
-        "starts_at": silence.starts_at,
-        "ends_at": silence.ends_at,
-        "created_by": silence.created_by,
-        "comment": silence.comment,
-        "created_at": silence.created_at,
-        "updated_at": silence.updated_at,
-        "state": silence.state(now),
-    }
+    return {**silence_json(silence), "state": silence.state(now)}
 
 
 _TRIGGER_INTERNAL = frozenset({"fingerprint", "labels"})

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -27,6 +27,7 @@ from fleetd.cli.fleetctl_context import (
 from fleetd.cli.fleetctl_render import Cell, Column, age, clock, number, render_table
 
 if TYPE_CHECKING:
+    from fleetd.query import Matcher
     from fleetd.registry.reader import RegistryNode
     from fleetd.registry.silences import FleetSilenceBook
 
@@ -57,6 +58,31 @@ def _registry_call(func: Any, *args: Any, **kwargs: Any) -> Any:
         raise Unreachable(str(exc)) from None
 
 
+def _book_write(
+    fleet: Fleet,
+    what: str,
+    node_matchers: Sequence[str],
+    matchers: Sequence[str],
+    write: Callable[[FleetSilenceBook, tuple[Matcher, ...], tuple[Matcher, ...]], Any],
+) -> Any:
+    """Parse the matchers (a bad one is refused with its position, exit 1), then ``write``
+    them to the fleet book; a refused write exits 1, an unreachable registry as such."""
+    from fleetd.registry.silences import MatcherError, parse_matchers
+
+    try:
+        nodes = parse_matchers(node_matchers, "node")
+        alerts = parse_matchers(matchers, "alert")
+    except MatcherError as exc:
+        raise Fail(f"refused: {exc}") from None
+    book = _book(fleet, what)
+    try:
+        return _registry_call(write, book, nodes, alerts)
+    except ValueError as exc:
+        raise Fail(f"refused: {exc}") from None
+    finally:
+        book.close()
+
+
 # ---------------------------------------------------------------------------- fleet silences
 def add_fleet_silence(
     fleet: Fleet,
@@ -69,18 +95,13 @@ def add_fleet_silence(
     actor: str,
 ) -> None:
     """Validate (bad matcher: refused with its position, exit 1), store, print the id."""
-    from fleetd.registry.silences import MatcherError, parse_matchers
-
-    try:
-        nodes = parse_matchers(node_matchers, "node")
-        alerts = parse_matchers(matchers, "alert")
-    except MatcherError as exc:
-        raise Fail(f"refused: {exc}") from None
-    book = _book(fleet, "a fleet silence")
     now = time.time()
-    try:
-        silence = _registry_call(
-            book.add,
+    silence = _book_write(
+        fleet,
+        "a fleet silence",
+        node_matchers,
+        matchers,
+        lambda book, nodes, alerts: book.add(
             nodes,
             alerts,
             starts_at=now,
@@ -89,14 +110,11 @@ def add_fleet_silence(
             comment=reason,
             actor=actor,
             now=now,
-        )
-    except ValueError as exc:
-        raise Fail(f"refused: {exc}") from None
-    finally:
-        book.close()
+        ),
+    )
     where = " ".join(silence.to_dict(now)["node_matchers"]) or "every node"
     fleet.echo(
-        f"fleet silence {silence.id} on {where} until {clock(silence.ends_at)}: "
+        f"fleet silence {silence.id} on {where} until {clock(silence.silence.ends_at)}: "
         "agents apply it at their next heartbeat"
     )
 
@@ -111,28 +129,15 @@ def ack_fleet(
     actor: str,
 ) -> None:
     """A fleet acknowledgement: refused with the bad matcher's position (exit 1), or stored."""
-    from fleetd.registry.silences import MatcherError, parse_matchers
-
-    try:
-        nodes = parse_matchers(node_matchers, "node")
-        alerts = parse_matchers(matchers, "alert")
-    except MatcherError as exc:
-        raise Fail(f"refused: {exc}") from None
-    book = _book(fleet, "a fleet acknowledgement")
-    try:
-        ack = _registry_call(
-            book.acknowledge,
-            nodes,
-            alerts,
-            created_by=author,
-            comment=reason,
-            actor=actor,
-            now=time.time(),
-        )
-    except ValueError as exc:
-        raise Fail(f"refused: {exc}") from None
-    finally:
-        book.close()
+    ack = _book_write(
+        fleet,
+        "a fleet acknowledgement",
+        node_matchers,
+        matchers,
+        lambda book, nodes, alerts: book.acknowledge(
+            nodes, alerts, created_by=author, comment=reason, actor=actor, now=time.time()
+        ),
+    )
     fleet.echo(
         f"fleet acknowledgement {ack.id}: agents acknowledge the matching alerts firing now "
         "at their next heartbeat"

@@ -330,6 +330,14 @@ VLLM_METRICS: tuple[MetricSpec, ...] = (
         "Generation tokens per joule over the last scrape interval, per GPU.",
         *GPU,
     ),
+    _m(
+        "fleetd_vllm_generation_tokens_per_second",
+        "gauge",
+        "tokens/s",
+        "Generation tokens per second of each vLLM worker over the same interval as "
+        "fleetd_gpu_tokens_per_joule (the dashboards' peer comparison).",
+        "worker",
+    ),
 )
 
 SERVING_METRICS: tuple[MetricSpec, ...] = (
@@ -339,21 +347,25 @@ SERVING_METRICS: tuple[MetricSpec, ...] = (
         "ratio",
         "A worker decoding slower than its peers on the node (same model): its time per token "
         "over the peers' median, minus 1, while it is an outlier, with the attribution "
-        "(hardware, engine, workload) and the number of peers; 0 for an hour once it is not.",
+        "(hardware, engine, workload), the number of peers and the level (gpu: against the "
+        "node's workers; hive: the hive against the fleet's, through the registry); 0 for an "
+        "hour once it is not.",
         "worker",
         "model",
         "gpu",
         "attribution",
         "peers",
+        "level",
     ),
     _m(
         "fleetd_vllm_peer_compared",
         "gauge",
         "",
         "1 when the worker could be compared with enough peers, 0 when not (too few peers with "
-        "data, or no decode figure of its own).",
+        "data, no decode figure of its own, or — level hive — cut off from the registry).",
         "worker",
         "model",
+        "level",
     ),
     # vLLM's latency histograms and serving counters (fleetd/vllm/serving.py); one series per
     # worker and model, not per GPU (the node dashboard's "Serving" row).

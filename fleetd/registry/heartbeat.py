@@ -8,7 +8,10 @@ Built once by the daemon when ``registry.url`` is set, and called every
    then acknowledges the firing alerts a recent fleet acknowledgement covers, and takes the
    remediation mode of the newest wave naming this node (``fleetd.registry.modes``);
 2. publishes the node's status row (with its versions and firing alerts);
-3. reads how many nodes of its SKU run each version, and exports ``fleetd_version_drift``.
+3. reads how many nodes of its SKU run each version, and exports ``fleetd_version_drift``;
+4. with a peer comparison given (gray failure against the fleet): replaces this node's serving
+   figures in ``fleet_serving`` and reads its peers' (``fleetd.registry.serving``); a failure
+   is handed to the comparison, whose fleet verdicts then say they are node-local only.
 
 The silences are read before the row is published, so the firing alerts it carries show
 them muted. A registry that is down costs a log line and a counter, never an exception into the
@@ -24,8 +27,7 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from fleetd.alert.matchers import format_matcher, parse_matcher
-from fleetd.alert.silence_store import Silence
+from fleetd.alert.silence_store import Silence, silence_from_json, silence_json
 from fleetd.api.alerts import current_alerts, firing
 from fleetd.api.services import ApiServices
 from fleetd.api.status import node_status
@@ -35,8 +37,11 @@ from fleetd.registry.config import RegistryConfig
 from fleetd.registry.drift import COMPONENTS, NodeVersions, drifts, majority
 from fleetd.registry.modes import FleetModeBook, mode_for
 from fleetd.registry.reader import RegistryError, describe_error
+from fleetd.registry.serving import publish_serving, read_peers
 from fleetd.registry.silences import FleetSilenceBook, for_node
 from fleetd.registry.store import RegistryPublisher
+from fleetd.vllm.fleet import FleetView
+from fleetd.vllm.peers import PeerComparison
 
 log = get_logger("registry")
 
@@ -64,6 +69,7 @@ class RegistryHeartbeat:
         versions: Callable[[], NodeVersions] | None = None,
         cache_path: Path | None = None,
         remediation_mode: Callable[[str | None], None] | None = None,
+        serving: PeerComparison | None = None,
     ) -> None:
         if config.url is None:
             raise ValueError("the registry heartbeat needs registry.url")
@@ -72,6 +78,8 @@ class RegistryHeartbeat:
         self._versions = versions
         self._cache_path = cache_path
         self._set_mode = remediation_mode
+        self._serving = serving
+        self._serving_ok = False
         self.fleet_mode: str | None = None  # the mode the newest applicable wave sets
         self._publisher = RegistryPublisher(
             config.url.reveal(), address=config.address or address, timeout=config.timeout
@@ -100,7 +108,9 @@ class RegistryHeartbeat:
             self._pull_mode,
             self._publish,
             self._check_drift,
+            self._exchange_serving,
         )
+        self._serving_ok = False
         for step in steps:
             try:
                 step(now)
@@ -110,6 +120,8 @@ class RegistryHeartbeat:
                     break
         if errors:
             error = errors[0]
+            if self._serving is not None and not self._serving_ok:
+                self._serving.fleet_read(FleetView(error=error))
             self.failures_total += 1
             if self.last_error != error:
                 log.warning("registry_publish_failed", error=error)
@@ -140,6 +152,23 @@ class RegistryHeartbeat:
         ]
         versions = self._versions() if self._versions is not None else None
         self._publisher.publish(status, now, versions=versions, alerts=on)
+
+    def _exchange_serving(self, now: float) -> None:
+        """Publish this node's serving figures and read its fleet peers' (same SKU, models)."""
+        serving = self._serving
+        target = serving.fleet_target if serving is not None else None
+        if serving is None or target is None:
+            self._serving_ok = True
+            return
+        node, sku = target
+        mine = serving.publishable(now)
+        engine = self._publisher.engine
+        publish_serving(engine, node, mine, now)
+        models = {f.model for f in mine}
+        since = now - self._config.stale_after
+        peers = read_peers(engine, sku=sku, models=models, since=since, exclude=node)
+        serving.fleet_read(FleetView(tuple(peers), read_at=now))
+        self._serving_ok = True
 
     def _pull_silences(self, now: float) -> None:
         mine = for_node(self._book.current(now), self._services.node, self._services.labels)
@@ -228,19 +257,7 @@ class RegistryHeartbeat:
     def _save_cache(self, silences: Sequence[Silence]) -> None:
         if self._cache_path is None:
             return
-        data = [
-            {
-                "id": s.id,
-                "matchers": [format_matcher(m) for m in s.matchers],
-                "starts_at": s.starts_at,
-                "ends_at": s.ends_at,
-                "created_by": s.created_by,
-                "comment": s.comment,
-                "created_at": s.created_at,
-                "updated_at": s.updated_at,
-            }
-            for s in silences
-        ]
+        data = [silence_json(s) for s in silences]
         try:
             tmp = self._cache_path.with_suffix(".tmp")
             tmp.write_text(json.dumps(data), encoding="utf-8")
@@ -255,19 +272,7 @@ class RegistryHeartbeat:
             return
         try:
             data = json.loads(self._cache_path.read_text(encoding="utf-8"))
-            silences = [
-                Silence(
-                    id=str(d["id"]),
-                    matchers=tuple(parse_matcher(m) for m in d["matchers"]),
-                    starts_at=float(d["starts_at"]),
-                    ends_at=float(d["ends_at"]),
-                    created_by=str(d["created_by"]),
-                    comment=str(d["comment"]),
-                    created_at=float(d["created_at"]),
-                    updated_at=float(d["updated_at"]),
-                )
-                for d in data
-            ]
+            silences = [silence_from_json(d) for d in data]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("fleet_silence_cache_unreadable", error=str(exc))
             return

@@ -19,14 +19,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, insert, select
+from sqlalchemy import insert, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from fleetd.alert.matchers import format_matcher, parse_matcher
 from fleetd.model import make_labels
 from fleetd.query import Matcher, matches_all
+from fleetd.registry.book import RegistryBook
 from fleetd.registry.reader import RegistryError, describe_error
-from fleetd.registry.store import REGISTRY_METADATA, _engine, audit_table, modes_table
+from fleetd.registry.store import audit_table, modes_table
 
 MODES = ("off", "dry-run", "on", "local")
 """What a wave may set: a remediation mode, or ``local`` (the node's own fleetd.yaml)."""
@@ -63,28 +64,11 @@ def effective_mode(local: str, fleet: str | None) -> str:
     return local if local == "off" or fleet is None else fleet
 
 
-class FleetModeBook:
+class FleetModeBook(RegistryBook):
     """Set and read the remediation waves in the registry."""
 
-    def __init__(self, url: str, *, timeout: float = 5.0, engine: Engine | None = None) -> None:
-        self._own = engine is None
-        self._engine = engine if engine is not None else _engine(url, timeout)
-        self._ready = False
-
-    def _ensure(self) -> None:
-        if self._ready:
-            return
-        tables = [modes_table, audit_table]
-        try:
-            REGISTRY_METADATA.create_all(self._engine, tables=tables, checkfirst=True)
-        except SQLAlchemyError as exc:
-            from sqlalchemy import inspect
-
-            if not all(inspect(self._engine).has_table(t.name) for t in tables):
-                raise RegistryError(
-                    f"cannot create the remediation mode table: {describe_error(exc)}"
-                ) from None
-        self._ready = True
+    TABLES = (modes_table, audit_table)
+    WHAT = "remediation mode table"
 
     def set(
         self,
@@ -139,10 +123,6 @@ class FleetModeBook:
                 return [_wave(r) for r in rows]
         except SQLAlchemyError as exc:
             raise RegistryError(f"cannot read the registry: {describe_error(exc)}") from None
-
-    def close(self) -> None:
-        if self._own:
-            self._engine.dispose()
 
 
 def _wave(row: Any) -> FleetMode:

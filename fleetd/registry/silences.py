@@ -17,11 +17,10 @@ import json
 import re
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import (
-    Engine,
     RowMapping,
     insert,
     select,
@@ -30,13 +29,12 @@ from sqlalchemy import (
 from sqlalchemy.exc import SQLAlchemyError
 
 from fleetd.alert.matchers import format_matcher, parse_matcher
-from fleetd.alert.silence_store import Silence
+from fleetd.alert.silence_store import Silence, silence_from_row, silence_row
 from fleetd.model import Labels, make_labels
 from fleetd.query import Matcher, matches_all
+from fleetd.registry.book import RegistryBook
 from fleetd.registry.reader import RegistryError, describe_error
 from fleetd.registry.store import (
-    REGISTRY_METADATA,
-    _engine,
     acks_table,
     audit_table,
     silences_table,
@@ -72,49 +70,38 @@ def parse_matchers(texts: Sequence[str], kind: str) -> tuple[Matcher, ...]:
 
 @dataclass(frozen=True, slots=True)
 class FleetSilence:
-    """A silence for every node its ``node_matchers`` accept."""
+    """A silence (the alert matchers, its times and author) for every node its
+    ``node_matchers`` accept."""
 
-    id: str
+    silence: Silence
     node_matchers: tuple[Matcher, ...]
-    matchers: tuple[Matcher, ...]
-    starts_at: float
-    ends_at: float
-    created_by: str
-    comment: str
-    created_at: float
-    updated_at: float
+
+    @property
+    def id(self) -> str:
+        return self.silence.id
 
     def applies_to(self, node: str, labels: Mapping[str, str]) -> bool:
         """Whether this node (its name and ``node.labels``) is one the silence names."""
         return matches_all(make_labels({**labels, "node": node}), self.node_matchers)
 
     def state(self, now: float) -> str:
-        if now >= self.ends_at:
-            return "expired"
-        return "active" if now >= self.starts_at else "pending"
+        return self.silence.state(now)
 
     def local(self) -> Silence:
         """The node-side silence: the alert matchers, the same times and author."""
-        return Silence(
-            id=FLEET_SILENCE_PREFIX + self.id,
-            matchers=self.matchers,
-            starts_at=self.starts_at,
-            ends_at=self.ends_at,
-            created_by=self.created_by,
-            comment=f"[fleet] {self.comment}",
-            created_at=self.created_at,
-            updated_at=self.updated_at,
-        )
+        s = self.silence
+        return replace(s, id=FLEET_SILENCE_PREFIX + s.id, comment=f"[fleet] {s.comment}")
 
     def to_dict(self, now: float) -> dict[str, Any]:
+        s = self.silence
         return {
-            "id": self.id,
+            "id": s.id,
             "node_matchers": [format_matcher(m) for m in self.node_matchers],
-            "matchers": [format_matcher(m) for m in self.matchers],
-            "starts_at": self.starts_at,
-            "ends_at": self.ends_at,
-            "created_by": self.created_by,
-            "comment": self.comment,
+            "matchers": [format_matcher(m) for m in s.matchers],
+            "starts_at": s.starts_at,
+            "ends_at": s.ends_at,
+            "created_by": s.created_by,
+            "comment": s.comment,
             "state": self.state(now),
         }
 
@@ -187,28 +174,11 @@ def check_silence(
         raise ValueError("a silence needs an author")
 
 
-class FleetSilenceBook:
+class FleetSilenceBook(RegistryBook):
     """Add, expire and read fleet silences and their audit trail in the registry."""
 
-    def __init__(self, url: str, *, timeout: float = 5.0, engine: Engine | None = None) -> None:
-        self._own = engine is None
-        self._engine = engine if engine is not None else _engine(url, timeout)
-        self._ready = False
-
-    def _ensure(self) -> None:
-        if self._ready:
-            return
-        tables = [silences_table, acks_table, audit_table]
-        try:
-            REGISTRY_METADATA.create_all(self._engine, tables=tables, checkfirst=True)
-        except SQLAlchemyError as exc:  # two creators at once: the loser finds them there
-            from sqlalchemy import inspect
-
-            if not all(inspect(self._engine).has_table(t.name) for t in tables):
-                raise RegistryError(
-                    f"cannot create the fleet silence tables: {describe_error(exc)}"
-                ) from None
-        self._ready = True
+    TABLES = (silences_table, acks_table, audit_table)
+    WHAT = "fleet silence tables"
 
     def add(
         self,
@@ -231,17 +201,10 @@ class FleetSilenceBook:
             created_by=created_by,
             now=now,
         )
-        silence = FleetSilence(
-            str(uuid.uuid4()),
-            node_matchers,
-            matchers,
-            starts_at,
-            ends_at,
-            created_by,
-            comment,
-            now,
-            now,
+        local = Silence(
+            str(uuid.uuid4()), matchers, starts_at, ends_at, created_by, comment, now, now
         )
+        silence = FleetSilence(local, node_matchers)
         row = _row(silence)
         view = silence.to_dict(now)
         detail = {k: view[k] for k in ("node_matchers", "matchers", "ends_at", "comment")}
@@ -322,7 +285,7 @@ class FleetSilenceBook:
         if current.state(now) == "expired":
             return current
         t = silences_table
-        starts = min(current.starts_at, now)
+        starts = min(current.silence.starts_at, now)
         self._write(
             [
                 update(t)
@@ -382,10 +345,6 @@ class FleetSilenceBook:
         except SQLAlchemyError as exc:
             raise RegistryError(f"cannot write the registry: {describe_error(exc)}") from None
 
-    def close(self) -> None:
-        if self._own:
-            self._engine.dispose()
-
 
 def for_node(
     silences: Sequence[FleetSilence], node: str, labels: Mapping[str, str]
@@ -401,28 +360,10 @@ def _audit(now: float, actor: str, action: str, subject: str, detail: Any) -> An
 
 
 def _row(silence: FleetSilence) -> dict[str, Any]:
-    return {
-        "id": silence.id,
-        "node_matchers": json.dumps([format_matcher(m) for m in silence.node_matchers]),
-        "matchers": json.dumps([format_matcher(m) for m in silence.matchers]),
-        "starts_at": silence.starts_at,
-        "ends_at": silence.ends_at,
-        "created_by": silence.created_by,
-        "comment": silence.comment,
-        "created_at": silence.created_at,
-        "updated_at": silence.updated_at,
-    }
+    node_matchers = json.dumps([format_matcher(m) for m in silence.node_matchers])
+    return {**silence_row(silence.silence), "node_matchers": node_matchers}
 
 
 def _silence(row: RowMapping) -> FleetSilence:
-    return FleetSilence(
-        id=row["id"],
-        node_matchers=tuple(parse_matcher(m) for m in json.loads(row["node_matchers"])),
-        matchers=tuple(parse_matcher(m) for m in json.loads(row["matchers"])),
-        starts_at=row["starts_at"],
-        ends_at=row["ends_at"],
-        created_by=row["created_by"],
-        comment=row["comment"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-    )
+    node_matchers = tuple(parse_matcher(m) for m in json.loads(row["node_matchers"]))
+    return FleetSilence(silence_from_row(row), node_matchers)

@@ -3,12 +3,13 @@
 The event log answers "what happened to GPU 3 last night" (``fleetctl history``, ``explain``,
 ``GET /api/v1/alerts/{fingerprint}`` for an alert the dispatcher no longer holds). Firing and
 resolving are the moments people look for; pending is not logged (most pending alerts never
-fire). Pure: the daemon appends what this returns.
+fire). ``alert_events`` is pure; ``log_alert_events`` appends its entries through the
+event log's ``append_event`` (passed in: the rules know no store).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,19 @@ class AlertEvent:
 def alert_events(transitions: Iterable[Transition]) -> list[AlertEvent]:
     """The entries for the transitions that fired or resolved an alert, in order."""
     return [_event(t) for t in transitions if t.current in LOGGED and t.previous != t.current]
+
+
+def log_alert_events(transitions: Iterable[Transition], append: Callable[..., object]) -> None:
+    """Append the entries for ``transitions`` with ``append`` (``ResilientStore.append_event``)."""
+    for event in alert_events(transitions):
+        append(
+            event.kind,
+            now=event.at,
+            gpu=event.gpu,
+            message=event.message,
+            data=event.data,
+            actor=event.actor,
+        )
 
 
 def _event(transition: Transition) -> AlertEvent:

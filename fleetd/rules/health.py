@@ -44,6 +44,7 @@ from fleetd.model import (
     SeriesKey,
     ServiceReason,
     Severity,
+    Snapshot,
 )
 from fleetd.rules.state import AlertEntry
 
@@ -264,6 +265,16 @@ def service_state(item: GpuHealth) -> str:
     """The GPU's ``fleetd_gpu_service`` state: in_service, or why it is out."""
     hold = item.health.out_of_service
     return IN_SERVICE if hold is None else hold.reason.value
+
+
+def status_line(report: NodeHealth | None, snapshot: Snapshot, storage_degraded: bool) -> str:
+    """systemd's STATUS=: ``summary_parts`` and the storage state, joined."""
+    if report is None:
+        return f"{len(snapshot.gpus)} GPUs polled; rules not evaluated yet"
+    parts = summary_parts(report)
+    if storage_degraded:
+        parts.append("storage degraded")
+    return "; ".join(parts)
 
 
 def summary_parts(report: NodeHealth) -> list[str]:

@@ -9,7 +9,7 @@ twice with the same seed is the same node.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fleetd.sim import wrapper as w
 
@@ -127,19 +127,17 @@ MI355X = GpuSpec(
     driver_version="6.14.14",
 )
 
-MI300X = GpuSpec(
+MI300X = replace(  # the same platform (OAM, XGMI, PCIe, clocks) but for these
+    MI355X,
     model="MI300X",
     market_name="AMD Instinct MI300X",
     gfx_target=0x942,
     device_id=0x74A1,
     subsystem_id=0x74A1,
-    rev_id=0x00,
     num_cu=304,
-    num_xcc=8,
     vram_type=w.AMDSMI_VRAM_TYPE_HBM3,
     vram_vendor="HYNIX",
     vram_mb=192 * 1024,
-    vram_bit_width=8192,
     vram_max_bandwidth_gbs=5300,
     power_cap_w=750,
     min_power_cap_w=200,
@@ -147,25 +145,15 @@ MI300X = GpuSpec(
     has_edge_sensor=False,
     gfx_clk_mhz=(500, 2100),
     mem_clk_mhz=1300,
-    soc_clk_mhz=(28, 1143),
-    fclk_mhz=(1200, 2000),
-    vclk_mhz=(914, 1333),
-    dclk_mhz=(711, 1143),
     hotspot_limits_c=(105, 110),
     hbm_limits_c=(95, 100),
-    edge_limits_c=(100, 105),
-    vr_throttle_c=115,
     ambient_c=30.0,
     hotspot_c_per_w=0.070,
     hbm_c_per_w=0.050,
     vr_c_per_w=0.065,
-    xgmi_lanes=16,
     xgmi_bit_rate_gbps=32,
     xgmi_max_bandwidth_gbps=1024,
     xgmi_link_kb_per_s=50_000_000.0,
-    pcie_max_width=16,
-    pcie_max_speed_mts=32000,
-    pcie_gen=5,
     metrics_content_revision=7,
     metrics_structure_size=1784,
     bad_page_threshold=408,
@@ -175,7 +163,6 @@ MI300X = GpuSpec(
     vbios_build_date="2024/03/26 16:14",
     board_model_number="102-G30211-0C",
     board_product_name="AMD Instinct MI300X OAM",
-    driver_version="6.14.14",
 )
 
 SPECS: dict[str, GpuSpec] = {"MI355X": MI355X, "MI300X": MI300X}

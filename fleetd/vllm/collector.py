@@ -30,6 +30,7 @@ WAITING = "fleetd_vllm_requests_waiting"
 KV_CACHE = "fleetd_vllm_kv_cache_usage_ratio"
 GENERATION_TOKENS = "fleetd_vllm_generation_tokens_total"
 TOKENS_PER_JOULE = "fleetd_gpu_tokens_per_joule"
+TOKENS_PER_SECOND = "fleetd_vllm_generation_tokens_per_second"
 ENERGY = "fleetd_gpu_energy_joules_total"
 
 REASON_NO_PREVIOUS = "no_previous_sample"
@@ -186,6 +187,34 @@ def tokens_per_joule(
     return readings
 
 
+def tokens_per_second(
+    workers: Sequence[VllmWorkerConfig],
+    tokens_before: Mapping[str, float | None],
+    tokens_after: Mapping[str, float | None],
+    elapsed: float | None,
+    now: float,
+) -> list[Reading]:
+    """Generation tokens per second of each worker over one interval (the peer comparison
+    panel's series); a first scrape, a missing total or a counter reset gives a missing
+    reading, never zero."""
+    out = []
+    for worker in workers:
+        before, after = tokens_before.get(worker.name), tokens_after.get(worker.name)
+        value: float | None = None
+        why: str | None = None
+        if after is None:
+            why = "no_tokens"
+        elif before is None or elapsed is None or elapsed <= 0:
+            why = REASON_NO_PREVIOUS
+        elif after < before:
+            why = REASON_COUNTER_RESET
+        else:
+            value = (after - before) / elapsed
+        labels = make_labels({"worker": worker.name})
+        out.append(Reading(TOKENS_PER_SECOND, labels, value, now, why))
+    return out
+
+
 def worker_tokens(readings: Sequence[Reading]) -> dict[str, float | None]:
     """Generation-token totals per worker from scrape readings (copies per GPU agree)."""
     tokens: dict[str, float | None] = {}
@@ -209,7 +238,8 @@ def gpu_energy(snapshot: Snapshot) -> dict[int, float | None]:
 
 
 class TokensPerJouleTracker:
-    """Keeps the previous scrape's tokens and energy so each scrape yields tokens per joule.
+    """Keeps the previous scrape's tokens and energy so each scrape yields tokens per joule
+    (per GPU) and tokens per second (per worker) over the same interval.
 
     The daemon calls ``update`` after every vLLM scrape with that scrape's readings and the
     latest GPU snapshot; the interval runs from one scrape that saw a new poll to the next,
@@ -221,6 +251,7 @@ class TokensPerJouleTracker:
         self._tokens: dict[str, float | None] | None = None
         self._energy: dict[int, float | None] = {}
         self._poll_ts: float | None = None
+        self._tokens_at: float | None = None
         self._last: list[Reading] = []
 
     def update(
@@ -235,6 +266,9 @@ class TokensPerJouleTracker:
         gpus = {status.gpu.index: status.gpu for status in snapshot.gpus}
         before = self._tokens if self._tokens is not None else {}
         result = tokens_per_joule(self._workers, before, tokens, self._energy, energy, gpus, now)
+        elapsed = now - self._tokens_at if self._tokens_at is not None else None
+        result += tokens_per_second(self._workers, before, tokens, elapsed, now)
         self._tokens, self._energy, self._poll_ts = tokens, energy, snapshot.ts
+        self._tokens_at = now
         self._last = result
         return result

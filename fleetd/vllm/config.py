@@ -78,6 +78,13 @@ class PeersConfig(StrictModel):
     load_factor: float = Field(default=1.5, gt=1, le=100)
     """Attribution: running requests or prompt tokens per request more than this factor away
     from the peers' median means the traffic differs (workload)."""
+    fleet: StrictBool = True
+    """With a registry configured: publish the workers' figures with the heartbeat and compare
+    each hive with the fleet's hives of the same SKU serving the same model (a node whose GPUs
+    are all equally slow is invisible to the node-local comparison)."""
+    fleet_min_peers: StrictInt = Field(default=3, ge=2, le=100000)
+    """Fewest peer hives (other nodes', same SKU and model, fresh) for a fleet verdict; fewer:
+    none, and `fleetd_vllm_peer_compared{level="hive"}` says 0."""
 
 
 DEFAULT_PROMPTS = (

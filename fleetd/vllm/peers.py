@@ -43,10 +43,11 @@ from dataclasses import dataclass, field
 from fleetd.model import Labels, Reading, SeriesKey, make_labels
 from fleetd.query import Matcher, Query
 from fleetd.vllm.config import PeersConfig, VllmWorkerConfig
+from fleetd.vllm.fleet import FleetVerdict, FleetView, ServingFigure, judge_fleet
+from fleetd.vllm.robust import robust_z as robust_z
 
 SLOWDOWN = "fleetd_vllm_peer_slowdown_ratio"
 COMPARED = "fleetd_vllm_peer_compared"
-MAD_SCALE = 1.4826
 
 ITL = "fleetd_vllm_inter_token_latency_seconds"
 E2E_COUNT = "fleetd_vllm_e2e_request_latency_seconds_count"
@@ -60,6 +61,7 @@ WIDTH = "fleetd_gpu_pcie_link_width_lanes"
 MAX_WIDTH = "fleetd_gpu_pcie_link_max_width_lanes"
 REPLAYS = "fleetd_gpu_pcie_replays_total"
 ECC = "fleetd_gpu_ecc_errors_total"
+TOKENS_PER_JOULE = "fleetd_gpu_tokens_per_joule"
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +86,18 @@ class WorkerFigures:
     batch: float | None
     prompt_per_request: float | None
     hardware: Mapping[int, GpuSignals] = field(default_factory=dict)
+    tokens_per_joule: float | None = None
+
+    def serving_figure(self, node: str, sku: str, hive: str, now: float) -> ServingFigure:
+        """What the heartbeat publishes of this worker (medians over its GPUs)."""
+        clocks = [s.clock_hz for s in self.hardware.values() if s.clock_hz is not None]
+        throttles = [s.throttle for s in self.hardware.values() if s.throttle is not None]
+        return ServingFigure(
+            node=node, hive=hive, worker=self.name, model=self.model, sku=sku, gpus=self.gpus,
+            at=now, per_token_s=self.per_token_s, tokens_per_joule=self.tokens_per_joule,
+            clock_hz=statistics.median(clocks) if clocks else None,
+            throttle=statistics.median(throttles) if throttles else None, batch=self.batch,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,15 +114,6 @@ class Verdict:
     outlier: bool = False
     attribution: str | None = None  # hardware | engine | workload
     why: str = ""
-
-
-# ------------------------------------------------------------------------------- statistics
-def robust_z(value: float, peers: Sequence[float], mad_floor: float) -> tuple[float, float]:
-    """(median of ``peers``, robust z of ``value`` against them)."""
-    med = statistics.median(peers)
-    mad = statistics.median(abs(p - med) for p in peers) * MAD_SCALE
-    spread = max(mad, mad_floor * abs(med), 1e-12)
-    return med, (value - med) / spread
 
 
 # ------------------------------------------------------------------------------- reading
@@ -175,6 +180,8 @@ def gather(
         )
     )
 
+    tpj = _per_gpu(query.window("avg", TOKENS_PER_JOULE, window=window, now=now))
+
     out: list[WorkerFigures] = []
     for worker in workers:
         name = worker.name
@@ -207,9 +214,14 @@ def gather(
                 running[name],
                 prompt_len,
                 hardware,
+                _mean([tpj[g] for g in worker.gpus if g in tpj]),
             )
         )
     return out
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
 def _max_per_worker(found: Mapping[SeriesKey, float]) -> dict[str, float]:
@@ -314,11 +326,17 @@ def attribute(
 
 
 # ------------------------------------------------------------------------------- readings
-def verdict_readings(verdicts: Sequence[Verdict], now: float) -> list[Reading]:
+def verdict_readings(verdicts: Sequence[Verdict | FleetVerdict], now: float) -> list[Reading]:
+    """``level`` "gpu": a worker against its node's workers; "hive": a hive against the
+    fleet's (its ``worker`` label lists the hive's workers)."""
     out: list[Reading] = []
     for v in verdicts:
-        base = {"worker": v.worker, "model": v.model}
-        out.append(Reading(COMPARED, make_labels(base), 1.0 if v.compared else 0.0, now))
+        if isinstance(v, FleetVerdict):
+            base = {"worker": ",".join(v.workers), "model": v.model, "level": "hive"}
+        else:
+            base = {"worker": v.worker, "model": v.model, "level": "gpu"}
+        compared = 1.0 if v.compared else 0.0
+        out.append(Reading(COMPARED, make_labels(base), compared, now, v.why or None))
         if v.outlier and v.slowdown is not None:
             labels = make_labels(
                 {**base, "gpu": ",".join(map(str, v.gpus)), "attribution": v.attribution or "",
@@ -352,14 +370,20 @@ class PeerComparison:
         self._settings = settings
         self._fresh_s = max(3.0 * scrape_interval, 15.0)
         self.last: list[Verdict] = []
+        self.last_fleet: list[FleetVerdict] = []
+        self.figures: tuple[WorkerFigures, ...] = ()  # as of the last assessment
+        # the fleet: set by the registry heartbeat (another thread: one tuple assignment)
+        self._fleet: tuple[str, str, Mapping[int, str], FleetView, float] | None = None
         self._shown: dict[Labels, float] = {}  # outlier label sets -> last time an outlier
 
     def assess(self, query: Query, now: float) -> list[Reading]:
         if not self._settings.enabled or not self._workers:
             return []
         figures = gather(query, self._workers, now, self._settings.window, fresh_s=self._fresh_s)
+        self.figures = tuple(figures)
         self.last = judge(figures, self._settings)
-        readings = verdict_readings(self.last, now)
+        self.last_fleet = self._judge_fleet(figures, now)
+        readings = verdict_readings([*self.last, *self.last_fleet], now)
         current = {r.labels for r in readings if r.metric == SLOWDOWN}
         for labels in current:
             self._shown[labels] = now
@@ -371,3 +395,44 @@ class PeerComparison:
             else:
                 readings.append(Reading(SLOWDOWN, labels, 0.0, now))
         return readings
+
+    # ---- the fleet (fleetd.vllm.fleet) ---------------------------------------------------
+    def enable_fleet(self, node: str, sku: str, hives: Mapping[int, str], max_age: float) -> None:
+        """Compare this node's hives with the fleet's from now on (the daemon, with a registry):
+        until the first read, every fleet verdict says the comparison is node-local only."""
+        if self._settings.fleet:
+            self._fleet = (node, sku, dict(hives), FleetView(), max_age)
+
+    def publishable(self, now: float) -> list[ServingFigure]:
+        """This node's figures for the heartbeat to publish (the last assessment's)."""
+        if self._fleet is None:
+            return []
+        node, sku, hives, _, _ = self._fleet
+        return [
+            f.serving_figure(node, sku, _hive(hives, f.gpus), now)
+            for f in self.figures
+            if f.per_token_s is not None
+        ]
+
+    def fleet_read(self, view: FleetView) -> None:
+        """What the heartbeat read of the fleet (or the error that stopped it)."""
+        if self._fleet is not None:
+            node, sku, hives, _, max_age = self._fleet
+            self._fleet = (node, sku, hives, view, max_age)
+
+    @property
+    def fleet_target(self) -> tuple[str, str] | None:
+        """(node, SKU) the fleet comparison publishes under; None when it is off."""
+        return None if self._fleet is None else (self._fleet[0], self._fleet[1])
+
+    def _judge_fleet(self, figures: Sequence[WorkerFigures], now: float) -> list[FleetVerdict]:
+        if self._fleet is None:
+            return []
+        node, sku, hives, view, max_age = self._fleet
+        mine = [f.serving_figure(node, sku, _hive(hives, f.gpus), now) for f in figures]
+        return judge_fleet(mine, view, self._settings, now, max_age)
+
+
+def _hive(hives: Mapping[int, str], gpus: Sequence[int]) -> str:
+    """The hive of a worker's first GPU; a node without hive ids is one hive ("0")."""
+    return next((hives[g] for g in gpus if g in hives), "0")

@@ -67,6 +67,12 @@ VALUES_BY_DASHBOARD = {"fleetd-node-detail": {"gpu": ".*"}}
 # Queries that may rightly return nothing in this run, by (dashboard uid, panel title or
 # annotation name, refId), and why.
 MAY_BE_EMPTY = {
+    ("fleetd-node-detail", "Peer comparison: this node's hives against the fleet", "A"): (
+        "no registry in the run: no fleet comparison"
+    ),
+    ("fleetd-node-detail", "Peer comparison: this node's hives against the fleet", "B"): (
+        "no registry in the run: no fleet comparison"
+    ),
     ("fleetd-gpu-detail", "Power vs cap", "B"): "MI300-class GPUs report no average power",
     ("fleetd-fleet-overview", "Nodes with degraded storage", "A"): "storage never fails here",
     ("fleetd-node-detail", "fleetd restarts", ""): "fleetd does not restart in the run",

@@ -243,7 +243,7 @@ def test_cut_off_from_the_registry_an_agent_keeps_its_fleet_silences_until_they_
         member.agent.clock.advance(600)
         assert member.beat() is False and not muted(member.agent.clock.now())
         assert member.heartbeat.failures_total == 2
-        assert silence.ends_at == now + 600
+        assert silence.silence.ends_at == now + 600
     finally:
         book.close()
 

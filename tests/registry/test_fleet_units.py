@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fleetd.alert.matchers import parse_matcher
+from fleetd.alert.silence_store import Silence
 from fleetd.model import GpuIdentity
 from fleetd.registry.drift import (
     NodeVersions,
@@ -26,17 +27,9 @@ from fleetd.registry.silences import (
 
 
 def silence(node_matchers: list[str], matchers: list[str], ends_at: float = 200.0) -> FleetSilence:
-    return FleetSilence(
-        "s1",
-        tuple(parse_matcher(m) for m in node_matchers),
-        tuple(parse_matcher(m) for m in matchers),
-        100.0,
-        ends_at,
-        "alice",
-        "rack swap",
-        100.0,
-        100.0,
-    )
+    alert_matchers = tuple(parse_matcher(m) for m in matchers)
+    local = Silence("s1", alert_matchers, 100.0, ends_at, "alice", "rack swap", 100.0, 100.0)
+    return FleetSilence(local, tuple(parse_matcher(m) for m in node_matchers))
 
 
 def test_a_bad_matcher_is_refused_with_its_position() -> None:

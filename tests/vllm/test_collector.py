@@ -14,7 +14,12 @@ from werkzeug import Request, Response
 from fleetd.collect.catalog import CATALOG
 from fleetd.collect.exporter import _family_name
 from fleetd.model import GpuIdentity, GpuStatus, Reading, Snapshot, label_value
-from fleetd.vllm.collector import TokensPerJouleTracker, VllmScraper, tokens_per_joule
+from fleetd.vllm.collector import (
+    TokensPerJouleTracker,
+    VllmScraper,
+    tokens_per_joule,
+    tokens_per_second,
+)
 from fleetd.vllm.config import VllmWorkerConfig
 from fleetd.vllm.metrics import parse_vllm_metrics
 
@@ -282,3 +287,18 @@ def test_tracker_divides_tokens_and_energy_over_the_same_interval():
     assert all(r.reason != "no_energy_spent" for r in between)
     later = tracker.update(scrape(1000.0, NOW + 10), _snapshot({0: 1000.0}, NOW + 10), NOW + 10)
     assert later[0].value == pytest.approx(1000 / 1000)  # 10 s of tokens over 10 s of energy
+
+
+def test_tokens_per_second_is_per_worker_and_missing_without_a_previous_or_after_a_reset() -> None:
+    workers = [
+        VllmWorkerConfig(name=n, url="http://127.0.0.1:1", gpus=[i])
+        for i, n in enumerate(("a", "b", "c", "d"))
+    ]
+    before = {"a": 1000.0, "b": 5000.0, "d": 10.0}
+    after = {"a": 1600.0, "b": 100.0, "c": 50.0}
+    out = {r.key.label("worker"): r for r in tokens_per_second(workers, before, after, 5.0, 9.0)}
+    assert out["a"].value == 120.0
+    assert out["b"].value is None and out["b"].reason == "counter_reset"
+    assert out["c"].value is None and out["d"].value is None  # no previous / no total now
+    first = tokens_per_second(workers, {}, after, None, 9.0)
+    assert all(r.value is None for r in first)

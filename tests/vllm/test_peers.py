@@ -104,11 +104,15 @@ def test_too_few_peers_or_missing_figures_give_no_verdict_and_say_so() -> None:
 
 
 # ----------------------------------------------------------------------- a healthy day
-def feed_day(window: MemoryWindow, start: float, hours: float, step: float) -> None:
+def feed_day(
+    window: MemoryWindow, start: float, hours: float, step: float, *, slow: float = 1.0,
+    seed: int = 11,
+) -> None:  # fmt: skip
     """8 workers serving one model through a day of diurnal load: each worker's batch, and so
     its decode time, follow the load, with per-worker and per-step noise; the GPUs' clocks and
-    throttling follow the load the same way on every GPU."""
-    rng = random.Random(11)
+    throttling follow the load the same way on every GPU. ``slow``: every worker's decode time
+    multiplied (a node whose GPUs are all equally slow)."""
+    rng = random.Random(seed)
     totals: dict[tuple[str, int], float] = {}
     t = start
     while t < start + hours * 3600:
@@ -118,7 +122,7 @@ def feed_day(window: MemoryWindow, start: float, hours: float, step: float) -> N
             wl = make_labels({"worker": f"w{w}", "model": "m"})
             gl = make_labels({"worker": f"w{w}", "gpu": w})
             batch = max(0.5, 12 * load * rng.uniform(0.85, 1.15))
-            itl = 0.02 * (1 + 0.04 * batch) * rng.uniform(0.95, 1.05)
+            itl = slow * 0.02 * (1 + 0.04 * batch) * rng.uniform(0.95, 1.05)
             tokens = batch / itl * step
             for metric, add in (
                 ("fleetd_vllm_inter_token_latency_seconds_sum", itl * tokens),
