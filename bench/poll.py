@@ -10,6 +10,10 @@ into the simulated amdsmi module is timed with time.thread_time — and subtract
 ``generate_latest_cpu_ms_per_poll_median`` is the same with the export done by
 prometheus_client.generate_latest instead of FleetdExporter.render.
 
+``--node mi300x-cpx`` instead measures an 8×MI300X node in CPX (64 logical devices: board data
+read once per physical GPU, from partition 0) against the same node in SPX, both printed in
+the one JSON line with their ratio.
+
 Prints one JSON object as its last line.
 """
 
@@ -83,10 +87,17 @@ class TimedModule:
 
 
 def run(
-    polls: int, warmup: int, timed: bool, export: str = "render", slow_every: int = SLOW_EVERY
+    polls: int,
+    warmup: int,
+    timed: bool,
+    export: str = "render",
+    slow_every: int = SLOW_EVERY,
+    *,
+    model: str = "MI355X",
+    compute: str = "SPX",
 ) -> dict[str, Any]:
     clock = FakeClock()
-    node = build_node("MI355X", seed=1, clock=clock)
+    node = build_node(model, seed=1, clock=clock, compute_partition=compute)
     node.set_load(None, 0.6)
     sysfs = Path(tempfile.mkdtemp(prefix="fleetd-bench-sysfs-"))
     module: Any = SimulatedAmdSmi(node)
@@ -154,9 +165,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--polls", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--node", choices=["mi355x", "mi300x-cpx"], default="mi355x")
     args = parser.parse_args()
     configure_logging("json", "warning", stream=sys.stderr)
     gc.collect()
+    if args.node == "mi300x-cpx":
+        print(json.dumps(partitioned(args.polls, args.warmup)))
+        return
 
     plain = run(args.polls, args.warmup, timed=False)
     every_poll = run(max(60, args.polls // 5), args.warmup, timed=True, slow_every=1)
@@ -189,6 +204,30 @@ def main() -> None:
         "(collect defaults) and as before them (every reading every poll by its own call)",
     )
     print(json.dumps(vars(result)))
+
+
+def partitioned(polls: int, warmup: int) -> dict[str, Any]:
+    """fleetd's own CPU per poll on an 8×MI300X node in CPX (64 devices) and in SPX."""
+    figures: dict[str, Any] = {"node": "mi300x-cpx"}
+    for mode in ("CPX", "SPX"):
+        timed = run(polls, warmup, timed=True, model="MI300X", compute=mode)
+        own = [t - s for t, s in zip(timed["totals"], timed["sims"], strict=True)]
+        key = mode.lower()
+        figures[f"{key}_gpus"] = timed["gpus"]
+        figures[f"{key}_series"] = timed["series"]
+        figures[f"{key}_cpu_ms_per_poll_median"] = ms(own)
+        figures[f"{key}_cpu_ms_per_poll_p99"] = ms(own, 99)
+        figures[f"{key}_sim_cpu_ms_per_poll_median"] = ms(timed["sims"])
+        figures[f"{key}_amdsmi_calls_per_gpu_per_tick"] = timed["calls_per_gpu_per_tick"]
+    figures["cpx_over_spx_cpu"] = round(
+        figures["cpx_cpu_ms_per_poll_median"] / figures["spx_cpu_ms_per_poll_median"], 2
+    )
+    figures["polls"] = polls
+    figures["note"] = (
+        "cpu_ms_per_poll = poll+convert+export CPU with the simulator's own CPU subtracted; "
+        "CPX: 64 logical devices, board-level collectors on the 8 partition-0 devices only"
+    )
+    return figures
 
 
 if __name__ == "__main__":
