@@ -22,6 +22,7 @@ from fleetd.config import FleetdConfig
 from fleetd.configbase import validate
 from fleetd.daemon import Daemon, open_backend
 from fleetd.remedy.events import RemediationEvent
+from fleetd.sim.logical import LogicalView
 from fleetd.sim.vllm_worker import StandInFleet
 from fleetd.vllm.config import VllmWorkerConfig
 
@@ -119,13 +120,15 @@ class StepNotes:
 class Demo:
     daemon: Daemon
     fleet: StandInFleet
+    view: LogicalView | None = None
+    """The simulated node by logical index, as enumerated at start (a partition per worker)."""
 
     def keep_busy(
         self, *, per_worker: int = 3, duration_s: float = 6.0, load: float = 0.65
     ) -> None:
         """Top every serving, in-rotation worker up to ``per_worker`` requests in flight, and
         make each simulated GPU as busy as its worker (idle while drained or stopped)."""
-        node = self.daemon.sim.node if self.daemon.sim is not None else None
+        node = self.view
         for worker in self.fleet.workers.values():
             serving = worker.in_rotation and worker.state() == "active"
             if serving:
@@ -160,9 +163,10 @@ def build_demo(
     state.mkdir(parents=True, exist_ok=True)
     backend, sim = open_backend(demo_config(state, port=port, scenario=scenario), clock)
     assert sim is not None
-    fleet = StandInFleet(directory / "standin", clock=clock, processes=sim.node)
+    view = LogicalView(sim.node)  # a partitioned node: one worker per partition
+    fleet = StandInFleet(directory / "standin", clock=clock, processes=view)
     workers = []
-    for gpu in range(8):
+    for gpu in range(len(view.gpus)):
         stand_in = fleet.add(f"gpu{gpu}", [gpu], model=DEMO_MODEL, startup_s=worker_startup_s)
         workers.append(
             VllmWorkerConfig(
@@ -186,4 +190,4 @@ def build_demo(
         remediation_observer=StepNotes(note),
         schedule_jobs=schedule_jobs,
     )
-    return Demo(daemon, fleet)
+    return Demo(daemon, fleet, view)

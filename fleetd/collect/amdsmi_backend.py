@@ -816,6 +816,45 @@ class AmdSmiBackend:
                 return other
         return gpu
 
+    def partition_modes(self) -> dict[str, tuple[str | None, str | None]]:
+        """(compute, memory) partition mode of every present physical GPU, read now from its
+        partition 0 (None where the call fails), keyed by that partition's BDF."""
+        with self._lock:
+            gpus = [g for g in self._gpus if g.present and g.identity.primary]
+        modes: dict[str, tuple[str | None, str | None]] = {}
+        for gpu in gpus:
+            handle = gpu.handle
+            modes[gpu.identity.bdf] = (
+                self._text_call("amdsmi_get_gpu_compute_partition", handle),
+                self._text_call("amdsmi_get_gpu_memory_partition", handle),
+            )
+        return modes
+
+    def _text_call(self, name: str, handle: Any) -> str | None:
+        try:
+            return parse.text(self.call(name, handle))
+        except ReadError:
+            return None
+
+    def set_partition_modes(self, bdf: str, compute: str, memory: str) -> None:
+        """amdsmi_set_gpu_memory_partition then _compute_partition on the physical GPU whose
+        partition 0 is ``bdf``; raises BackendError naming the call that failed."""
+        with self._lock:
+            found = [g for g in self._gpus if g.identity.bdf == bdf and g.present]
+        if not found or found[0].handle is None:
+            raise BackendError(f"cannot set the partition mode of {bdf}: it is missing")
+        handle = found[0].handle
+        calls = (
+            ("amdsmi_set_gpu_memory_partition", "AmdSmiMemoryPartitionType", memory),
+            ("amdsmi_set_gpu_compute_partition", "AmdSmiComputePartitionType", compute),
+        )
+        for name, enum_name, member in calls:
+            try:
+                self.call(name, handle, self.enum(enum_name, member))
+            except ReadError as exc:
+                raise BackendError(f"{name}({bdf}, {member}) failed: {exc.reason}") from None
+        log.warning("gpu_partition_mode_set", bdf=bdf, compute=compute, memory=memory)
+
     def reset_gpu(self, index: int) -> None:
         """amdsmi_reset_gpu on one GPU (which resets its whole hive); raises BackendError.
 

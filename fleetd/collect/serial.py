@@ -77,6 +77,16 @@ class PollSafeBackend:
     def rediscover(self) -> list[GpuIdentity]:
         return self._poller.rediscover(self._backend)
 
+    def partition_modes(self) -> dict[str, tuple[str | None, str | None]]:
+        """The physical GPUs' partition modes (``fleetd.remedy.ports.PartitionControl``),
+        read between two polls."""
+        with self._poller.lock:
+            return self._backend.partition_modes()
+
+    def set_partition_modes(self, bdf: str, compute: str, memory: str) -> None:
+        with self._poller.lock:
+            self._backend.set_partition_modes(bdf, compute, memory)
+
     def dump(self, indices: Sequence[int], *, wait: float = 5.0) -> dict[str, Any]:
         """Every raw read of ``indices`` for the evidence bundle, between two polls. A call
         of an earlier poll still hung inside amdsmi, or a poll that keeps the lock past

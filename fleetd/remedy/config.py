@@ -128,6 +128,12 @@ class VerifyConfig(StrictModel):
     """Longest verification; a unit not healthy by then is quarantined."""
     burn_in: BurnInConfig | None = None
     """Optional burn-in command run after verification passes."""
+    reapply_partitions: StrictBool = True
+    """After a reset, put a GPU whose compute/memory partition mode changed (a reset or driver
+    reload can return it to SPX/NPS1) back in the mode it had before, through amdsmi's
+    partition-setting calls. A mode that differs and will not re-apply (or differs with this
+    off) holds verification until it times out: the unit is quarantined and a person paged.
+    """
 
 
 class ReadmitConfig(StrictModel):

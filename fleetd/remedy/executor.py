@@ -40,7 +40,13 @@ from fleetd.remedy.evidence import EvidenceCapture
 from fleetd.remedy.holders import KfdInspector, KfdProcess, judge, matching_agent
 from fleetd.remedy.journal import RunJournal
 from fleetd.remedy.lease import FleetLease
-from fleetd.remedy.ports import AlertView, FaultEvents, GpuControl, HealthPoller
+from fleetd.remedy.ports import (
+    AlertView,
+    FaultEvents,
+    GpuControl,
+    HealthPoller,
+    PartitionControl,
+)
 from fleetd.remedy.workers.base import WorkerAdapter
 from fleetd.vllm.benchmark import BenchmarkGate
 from fleetd.vllm.client import WorkerGone
@@ -84,6 +90,9 @@ class Executor:
         self._fault_events: FaultEvents | None = None
         self._journal = journal
         self._backend = backend
+        self._modes_before: dict[str, dict[str, tuple[str | None, str | None]]] = {}
+        """Partition modes per physical GPU read just before each run's reset (in memory: a
+        run resumed after a restart re-enumerates without the mode check)."""
         self._poller = poller
         self._adapter = adapter
         self._workers: Mapping[str, VllmWorkerConfig] = {w.name: w for w in workers}
@@ -345,12 +354,22 @@ class Executor:
                 return m.LeaseResult(False, "remediation is off", final=True)
         try:
             decision = self._lease.acquire(  # held GPUs are already counted by their holder
-                node=self.node, run_id=run.run_id, gpus=run.verify_gpus, manual=manual, now=now
+                node=self.node,
+                run_id=run.run_id,
+                gpus=self._physical(run.verify_gpus),
+                manual=manual,
+                now=now,
             )
         except Exception as exc:  # the registry is unreachable: a denial, retried as usual
             log.warning("remediation_lease_unavailable", run_id=run.run_id, error=repr(exc))
             return m.LeaseResult(False, f"fleet lease unavailable: {type(exc).__name__}")
         return m.LeaseResult(decision.granted, decision.reason)
+
+    def _physical(self, indices: Sequence[int]) -> list[int]:
+        """The GPUs the cap counts: physical GPUs, i.e. the partition-0 devices of the
+        indices (every index on an unpartitioned node; an unknown index counts itself)."""
+        known = {g.index: g for g in self._backend.gpus()}
+        return [i for i in indices if i not in known or known[i].primary]
 
     def _release_lease(self, run: m.Run, cmd: m.ReleaseLease, now: float) -> None:
         try:
@@ -481,7 +500,44 @@ class Executor:
         return self.evidence.capture(run, cmd, now)
 
     def _reset(self, run: m.Run, cmd: m.ResetGpu, now: float) -> m.ResetResult:
+        if isinstance(self._backend, PartitionControl):  # what the check after it compares
+            try:
+                self._modes_before[run.run_id] = self._backend.partition_modes()
+            except Exception as exc:
+                log.warning("remediation_partition_modes_unreadable", error=_describe(exc))
         return m.ResetResult(_error_of(lambda: self._backend.reset_gpu(cmd.index)))
+
+    def _partition_check(self, run: m.Run) -> tuple[str | None, bool]:
+        """Compare the physical GPUs' partition modes with those before the reset; re-apply a
+        changed one when configured (the caller re-enumerates: the handle set changes).
+        Returns what is still wrong (or None) and whether a mode was re-applied. Modes
+        unknown before the reset (a restart since) are not checked: the rediscovery then
+        sees every partition or reports the missing ones."""
+        before = self._modes_before.get(run.run_id)
+        backend = self._backend
+        if not before or not isinstance(backend, PartitionControl):
+            return None, False
+        now_modes = backend.partition_modes()
+        changed = {b: m_ for b, m_ in before.items() if now_modes.get(b, m_) != m_}
+        if not changed:
+            return None, False
+        problems: list[str] = []
+        for bdf, (compute, memory) in sorted(changed.items()):
+            seen = "/".join(str(x) for x in now_modes.get(bdf, (None, None)))
+            if not self._cfg.verify.reapply_partitions or compute is None or memory is None:
+                problems.append(f"{bdf} came back in {seen}, was {compute}/{memory}")
+                continue
+            try:
+                backend.set_partition_modes(bdf, compute, memory)
+            except Exception as exc:
+                problems.append(
+                    f"{bdf} came back in {seen} and {compute}/{memory} will not re-apply: "
+                    f"{_describe(exc)}"
+                )
+        if problems:
+            return "partition mode lost in the reset: " + "; ".join(problems), False
+        log.warning("remediation_partition_reapplied", run_id=run.run_id, gpus=sorted(changed))
+        return None, True
 
     def _reboot(self, run: m.Run, cmd: m.RequestReboot, now: float) -> m.RebootResult:
         reboot = self._cfg.reboot
@@ -495,6 +551,11 @@ class Executor:
     def _rediscover(self, run: m.Run, cmd: m.Rediscover, now: float) -> m.RediscoverResult:
         try:
             found = self._backend.rediscover()
+            lost, reapplied = self._partition_check(run)
+            if lost is not None:
+                return m.RediscoverResult(error=lost)
+            if reapplied:  # the handle set changes with the mode
+                found = self._backend.rediscover()
         except Exception as exc:
             return m.RediscoverResult(error=f"re-enumeration failed: {_describe(exc)}")
         keys = {g.uuid for g in found} | {f"index:{g.index}" for g in found}

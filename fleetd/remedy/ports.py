@@ -7,7 +7,7 @@ these without importing anything from here; tests and the benchmark pass either.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from fleetd.events.afid import AfidTable
 from fleetd.model import Alert, GpuIdentity, Snapshot
@@ -48,6 +48,20 @@ class GpuControl(Protocol):
 
     def rediscover(self) -> list[GpuIdentity]:
         """Shut the library down, initialise it again and enumerate (handles go stale)."""
+        ...
+
+
+@runtime_checkable
+class PartitionControl(Protocol):
+    """Partition modes of the physical GPUs, for the check after a reset (the real backend
+    has these; a backend without them has no partitions to check)."""
+
+    def partition_modes(self) -> dict[str, tuple[str | None, str | None]]:
+        """(compute, memory) mode per physical GPU (its partition 0's BDF), read now."""
+        ...
+
+    def set_partition_modes(self, bdf: str, compute: str, memory: str) -> None:
+        """Put the physical GPU at ``bdf`` in these modes; raises BackendError on failure."""
         ...
 
 
