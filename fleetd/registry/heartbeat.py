@@ -163,7 +163,7 @@ class RegistryHeartbeat:
         node, sku = target
         mine = serving.publishable(now)
         engine = self._publisher.engine
-        publish_serving(engine, node, mine, now)
+        publish_serving(engine, node, mine)
         models = {f.model for f in mine}
         since = now - self._config.stale_after
         peers = read_peers(engine, sku=sku, models=models, since=since, exclude=node)

@@ -46,10 +46,9 @@ def _num(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def publish_serving(
-    engine: Engine, node: str, figures: Sequence[ServingFigure], now: float
-) -> None:
-    """Replace ``node``'s rows with ``figures`` (the first ``MAX_ROWS_PER_NODE``), as of ``now``."""
+def publish_serving(engine: Engine, node: str, figures: Sequence[ServingFigure]) -> None:
+    """Replace ``node``'s rows with ``figures`` (the first ``MAX_ROWS_PER_NODE``), each
+    stamped with the time its figures were taken (none: the node's rows are removed)."""
     rows = [
         {
             "node": node,
@@ -58,7 +57,7 @@ def publish_serving(
             "sku": f.sku,
             "hive": f.hive,
             "gpus": json.dumps(list(f.gpus)),
-            "at": now,
+            "at": f.at,
             "per_token_s": _num(f.per_token_s),
             "tokens_per_joule": _num(f.tokens_per_joule),
             "clock_hz": _num(f.clock_hz),

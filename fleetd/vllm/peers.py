@@ -372,6 +372,7 @@ class PeerComparison:
         self.last: list[Verdict] = []
         self.last_fleet: list[FleetVerdict] = []
         self.figures: tuple[WorkerFigures, ...] = ()  # as of the last assessment
+        self._figures_at = float("-inf")
         # the fleet: set by the registry heartbeat (another thread: one tuple assignment)
         self._fleet: tuple[str, str, Mapping[int, str], FleetView, float] | None = None
         self._shown: dict[Labels, float] = {}  # outlier label sets -> last time an outlier
@@ -380,7 +381,7 @@ class PeerComparison:
         if not self._settings.enabled or not self._workers:
             return []
         figures = gather(query, self._workers, now, self._settings.window, fresh_s=self._fresh_s)
-        self.figures = tuple(figures)
+        self.figures, self._figures_at = tuple(figures), now
         self.last = judge(figures, self._settings)
         self.last_fleet = self._judge_fleet(figures, now)
         readings = verdict_readings([*self.last, *self.last_fleet], now)
@@ -404,13 +405,18 @@ class PeerComparison:
             self._fleet = (node, sku, dict(hives), FleetView(), max_age)
 
     def publishable(self, now: float) -> list[ServingFigure]:
-        """This node's figures for the heartbeat to publish (the last assessment's)."""
+        """This node's figures for the heartbeat to publish: the last assessment's, stamped with
+        its time; none when it is older than the fleet's ``max_age`` (the scrape job stalled —
+        stale figures published as fresh would be a false peer)."""
         if self._fleet is None:
             return []
-        node, sku, hives, _, _ = self._fleet
+        node, sku, hives, _, max_age = self._fleet
+        at, figures = self._figures_at, self.figures
+        if now - at > max_age:
+            return []
         return [
-            f.serving_figure(node, sku, _hive(hives, f.gpus), now)
-            for f in self.figures
+            f.serving_figure(node, sku, _hive(hives, f.gpus), at)
+            for f in figures
             if f.per_token_s is not None
         ]
 

@@ -129,3 +129,18 @@ def test_a_simulated_healthy_day_with_fleet_peers_raises_no_verdict() -> None:
             )  # fmt: skip
     assert outliers == []
     assert compared >= 0.95 * 4 * (24 * 12 - 1)
+
+
+def test_figures_are_published_with_their_own_time_and_not_once_stale() -> None:
+    window = MemoryWindow(retention=7200)
+    feed_day(window, NOW - 3600, hours=1, step=60.0)
+    workers = [VllmWorkerConfig(name=f"w{i}", url="http://127.0.0.1:1", gpus=[i]) for i in range(8)]
+    comparison = PeerComparison(workers, SETTINGS)
+    assert comparison.publishable(NOW) == []  # no fleet comparison enabled: nothing to publish
+    comparison.enable_fleet("me", "MI355X", {0: "h0", 1: "h0"}, max_age=60)
+    comparison.assess(window, NOW - 55)
+    figures = comparison.publishable(NOW)
+    assert len(figures) == 8 and {f.at for f in figures} == {NOW - 55}
+    assert {f.hive for f in figures} == {"h0", "0"}  # GPUs without a hive id: one hive "0"
+    assert all(f.per_token_s and f.clock_hz and f.batch for f in figures)
+    assert comparison.publishable(NOW + 6) == []  # the scrape job stopped: no stale figures
