@@ -47,6 +47,9 @@ RUN_S = 600.0
 RELOAD_AT_S = 120.0
 PAUSE_S = (300.0, 360.0)
 REMEDIATED_GPU = "3"  # the uncorrectable ECC error of the demo scenario
+# A slow engine on one healthy GPU's worker from the start: a gray failure, so the peer
+# comparison panels have an outlier to show (the demo's faults alone make none in 10 minutes).
+SLOW_WORKER, SLOW_ENGINE_SPEED = "gpu6", 0.6
 
 # Grafana's values for the variables: one node, every receiver, GPU 3 where one GPU is
 # chosen and All (Grafana sends the allValue) on the node dashboard.
@@ -127,6 +130,7 @@ def recording(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recording]:
     from fleetd.clock import FakeClock
     from fleetd.daemon import Daemon, open_backend
     from fleetd.demo import DEMO_MODEL, Demo, demo_config
+    from fleetd.sim.scenario import WorkerStep
     from fleetd.sim.vllm_worker import StandInFleet
     from fleetd.vllm.config import VllmWorkerConfig
 
@@ -173,6 +177,7 @@ def recording(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recording]:
         daemon.start()
         try:
             start = clock.now()
+            fleet.follow([WorkerStep(worker=SLOW_WORKER, at=0.0, speed=SLOW_ENGINE_SPEED)], start)
             yield Recording(start, _drive(demo, clock))
         finally:
             daemon.stop()
