@@ -38,15 +38,17 @@ def demo_config(
     workers: list[VllmWorkerConfig] | None = None,
     fleet: StandInFleet | None = None,
     scenario: str = DEMO_SCENARIO,
+    local_rules: Path | None = None,
 ) -> FleetdConfig:
-    """The built-in config: simulator, 1 s polls, console alerts, remediation on, short waits."""
+    """The built-in config: simulator, 1 s polls, console alerts, remediation on, short waits;
+    ``local_rules``: a directory of site rules loaded beside the shipped packs."""
     data: dict[str, object] = {
         "node": {"name": DEMO_NODE},
         "state_dir": str(state_dir),
         "backend": {"kind": "simulator", "scenario": scenario},
         "poll": {"interval": "1s", "gpu_timeout": "1s", "slow_interval": "5s"},
         "http": {"bind": "127.0.0.1", "port": port},
-        "rules": {"local_dir": None},
+        "rules": {"local_dir": None if local_rules is None else str(local_rules)},
         "vllm": {
             "workers": [w.model_dump(mode="json") for w in workers or []],
             "scrape_interval": "2s",
@@ -155,10 +157,11 @@ def build_demo(
     schedule_jobs: bool = True,
     worker_startup_s: float = 3.0,
     scenario: str = DEMO_SCENARIO,
+    local_rules: Path | None = None,
 ) -> Demo:
     """The demo node: simulator, one stand-in worker per GPU, and the daemon around them;
     ``scenario`` is a shipped scenario's name (``demo``, ``gray_failure``, ``vllm_hung_engine``)
-    or a file."""
+    or a file; ``local_rules`` a directory of site rules (e.g. the SLO example)."""
     state = directory / "state"
     state.mkdir(parents=True, exist_ok=True)
     backend, sim = open_backend(demo_config(state, port=port, scenario=scenario), clock)
@@ -179,7 +182,9 @@ def build_demo(
         )
     if sim.runner is not None:  # the scenario's engine faults (a hung engine: health 200)
         fleet.follow(sim.runner.scenario.workers, sim.runner.start)
-    config = demo_config(state, port=port, workers=workers, fleet=fleet, scenario=scenario)
+    config = demo_config(
+        state, port=port, workers=workers, fleet=fleet, scenario=scenario, local_rules=local_rules
+    )
     daemon = Daemon(
         config,
         clock=clock,
