@@ -43,7 +43,7 @@ from fleetd.configbase import Secret
 from fleetd.errors import StoreError
 from fleetd.logs import get_logger
 from fleetd.model import Reading, Sample, SeriesKey
-from fleetd.query import Matcher, RangeAgg, WindowFn
+from fleetd.query import Matcher, QueryBase, Span, WindowFn
 from fleetd.store.config import StoreConfig
 from fleetd.store.db import Database, SchemaTooNewError
 from fleetd.store.events import Event, EventKind, EventLog
@@ -187,7 +187,7 @@ def move_aside(path: Path, now: float) -> Path:
     return target
 
 
-class ResilientStore:
+class ResilientStore(QueryBase):
     """The daemon's storage handle: never raises into the poll loop."""
 
     def __init__(self, url: Secret | str, config: StoreConfig, *, node: str) -> None:
@@ -600,45 +600,27 @@ class ResilientStore:
         except _DB_ERRORS as exc:
             raise self._read_failed(exc) from exc
 
-    def latest(
-        self,
-        metric: str,
-        matchers: Sequence[Matcher] = (),
-        *,
-        now: float,
-        max_age: float | None = None,
+    def _latest(
+        self, metric: str, matchers: Sequence[Matcher], now: float, max_age: float | None
     ) -> dict[SeriesKey, Sample]:
         try:
             return self._store().latest(metric, matchers, now=now, max_age=max_age)
         except _DB_ERRORS as exc:
             raise self._read_failed(exc) from exc
 
-    def window(
-        self,
-        fn: WindowFn,
-        metric: str,
-        matchers: Sequence[Matcher] = (),
-        *,
-        window: float,
-        now: float,
+    def _window(
+        self, fn: WindowFn, metric: str, matchers: Sequence[Matcher], window: float, now: float
     ) -> dict[SeriesKey, float]:
         try:
             return self._store().window(fn, metric, matchers, window=window, now=now)
         except _DB_ERRORS as exc:
             raise self._read_failed(exc) from exc
 
-    def range(
-        self,
-        metric: str,
-        matchers: Sequence[Matcher] = (),
-        *,
-        start: float,
-        end: float,
-        step: float | None = None,
-        agg: RangeAgg = "last",
+    def _range(
+        self, metric: str, matchers: Sequence[Matcher], span: Span
     ) -> dict[SeriesKey, list[Sample]]:
         try:
-            return self._store().range(metric, matchers, start=start, end=end, step=step, agg=agg)
+            return self._store()._range(metric, matchers, span)
         except _DB_ERRORS as exc:
             raise self._read_failed(exc) from exc
 
