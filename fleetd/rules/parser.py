@@ -15,6 +15,7 @@ import re
 from fleetd.query import Matcher, MatchOp
 from fleetd.rules.ast import (
     AGGREGATIONS,
+    BINARY_LEVELS,
     COMPARISON_OPS,
     RANGE_FUNCTIONS,
     SET_OPS,
@@ -32,13 +33,6 @@ from fleetd.rules.ast import (
 from fleetd.rules.lexer import ExprError, Token, tokenize
 
 MAX_DEPTH = 50
-_LEVELS: tuple[tuple[str, ...], ...] = (
-    ("or",),
-    ("and", "unless"),
-    COMPARISON_OPS,
-    ("+", "-"),
-    ("*", "/", "%"),
-)
 _KEYWORDS = frozenset(
     {"and", "or", "unless", "bool", "on", "ignoring", "group_left", "group_right", "by", "without"}
 )
@@ -100,10 +94,10 @@ class _Parser:
         return node
 
     def binary(self, level: int) -> Node:
-        if level == len(_LEVELS):
+        if level == len(BINARY_LEVELS):
             return self.unary()
         lhs = self.binary(level + 1)
-        while self.peek().kind in ("op", "ident") and self.peek().text in _LEVELS[level]:
+        while self.peek().kind in ("op", "ident") and self.peek().text in BINARY_LEVELS[level]:
             token = self.advance()
             bool_mode, matching = self.modifiers(token)
             rhs = self.binary(level + 1)
