@@ -600,16 +600,21 @@ def _insert_new(
             )
         )
         seen.update((row[0], row[1]) for row in found)
-    rows = []
+    rows = [to_row(e) for e in unseen(entries, seen)]
+    if rows:
+        conn.execute(insert(t), rows)
+    return len(rows)
+
+
+def unseen(entries: Iterable[_Entry], seen: set[tuple[str, str]]) -> Iterator[_Entry]:
+    """The entries whose (integration, dedup_id) is not in ``seen`` nor earlier in
+    ``entries``; ``seen`` grows by those yielded. An entry without a dedup_id always is."""
     for e in entries:
         if e.dedup_id is not None:
             if (e.integration, e.dedup_id) in seen:
                 continue
             seen.add((e.integration, e.dedup_id))
-        rows.append(to_row(e))
-    if rows:
-        conn.execute(insert(t), rows)
-    return len(rows)
+        yield e
 
 
 def _set(conn: Connection, entry_id: int, **values: object) -> None:
