@@ -9,9 +9,10 @@ reset or driver reload zeroes ECC and PCIe counters), as Prometheus does.
 from __future__ import annotations
 
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, NamedTuple, Protocol
 
 from fleetd.model import Labels, Sample, SeriesKey
 
@@ -101,3 +102,69 @@ class Query(Protocol):
         """Samples in ``[start, end]``; with ``step``, one ``agg`` sample per step bucket
         ``(t - step, t]`` (the store may answer from rollups)."""
         ...
+
+
+class Span(NamedTuple):
+    """``Query.range``'s arguments after the selector, parsed once."""
+
+    start: float
+    end: float
+    step: float | None = None
+    agg: RangeAgg = "last"
+
+
+class QueryBase(ABC):
+    """``Query``'s keyword signatures, written once for every implementation in the store.
+
+    An implementation answers the positional hooks ``_latest``, ``_window`` and ``_range``;
+    the store's composites (``HybridQuery``, ``ResilientStore``) pass the parsed arguments
+    straight to their parts' hooks.
+    """
+
+    def latest(
+        self,
+        metric: str,
+        matchers: Sequence[Matcher] = (),
+        *,
+        now: float,
+        max_age: float | None = None,
+    ) -> dict[SeriesKey, Sample]:
+        return self._latest(metric, matchers, now, max_age)
+
+    def window(
+        self,
+        fn: WindowFn,
+        metric: str,
+        matchers: Sequence[Matcher] = (),
+        *,
+        window: float,
+        now: float,
+    ) -> dict[SeriesKey, float]:
+        return self._window(fn, metric, matchers, window, now)
+
+    def range(
+        self,
+        metric: str,
+        matchers: Sequence[Matcher] = (),
+        *,
+        start: float,
+        end: float,
+        step: float | None = None,
+        agg: RangeAgg = "last",
+    ) -> dict[SeriesKey, list[Sample]]:
+        return self._range(metric, matchers, Span(start, end, step, agg))
+
+    @abstractmethod
+    def _latest(
+        self, metric: str, matchers: Sequence[Matcher], now: float, max_age: float | None
+    ) -> dict[SeriesKey, Sample]: ...
+
+    @abstractmethod
+    def _window(
+        self, fn: WindowFn, metric: str, matchers: Sequence[Matcher], window: float, now: float
+    ) -> dict[SeriesKey, float]: ...
+
+    @abstractmethod
+    def _range(
+        self, metric: str, matchers: Sequence[Matcher], span: Span
+    ) -> dict[SeriesKey, list[Sample]]: ...

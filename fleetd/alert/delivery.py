@@ -69,6 +69,16 @@ class Queue(Protocol):
     def transaction(self) -> AbstractContextManager[Connection | None]: ...
 
 
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """A notification the receiver accepted: what ``DeliveryHooks.delivered`` records."""
+
+    integration: Integration
+    notification: Notification
+    receipt: Receipt | None
+    at: float
+
+
 class DeliveryHooks(Protocol):
     """What the dispatcher does around deliveries."""
 
@@ -76,14 +86,7 @@ class DeliveryHooks(Protocol):
         """Last-moment additions (the chat thread to reply in)."""
         ...
 
-    def delivered(
-        self,
-        conn: Connection | None,
-        integration: Integration,
-        notification: Notification,
-        receipt: Receipt | None,
-        now: float,
-    ) -> None:
+    def delivered(self, conn: Connection | None, sent: Sent) -> None:
         """Record what a success implies, in the transaction that marks it delivered
         (None: the memory lane's, where it is recorded once storage is back)."""
         ...
@@ -207,7 +210,7 @@ class Delivery:
             return self._failed(integration, entry, error, now, hooks)
         with self._store.transaction() as conn:
             self._store.mark_delivered(conn, entry.id, now)
-            hooks.delivered(conn, integration, notification, receipt, now)
+            hooks.delivered(conn, Sent(integration, notification, receipt, now))
         stats.sent += 1
         stats.last_success_at = now
         stats.logged_error = None

@@ -41,7 +41,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from fleetd.alert import plan as planning
 from fleetd.alert.book import AlertBook
 from fleetd.alert.config import AlertingConfig
-from fleetd.alert.delivery import Delivery, DeliveryReport
+from fleetd.alert.delivery import Delivery, DeliveryReport, Sent
 from fleetd.alert.entries import new_entry
 from fleetd.alert.gpuinfo import GpuDetails
 from fleetd.alert.hooks import SELF_ALERT, DispatchHooks, rejection_alert
@@ -55,7 +55,6 @@ from fleetd.alert.notification import (
     ChangeEvent,
     HeldAlert,
     Notification,
-    Receipt,
     iso8601,
     record_from_alert,
 )
@@ -731,22 +730,16 @@ class OfflineHooks:
         except STORAGE_ERRORS:  # no thread to reply in: a new message
             return notification
 
-    def delivered(
-        self,
-        conn: Connection | None,
-        integration: Integration,
-        notification: Notification,
-        receipt: Receipt | None,
-        now: float,
-    ) -> None:
+    def delivered(self, conn: Connection | None, sent: Sent) -> None:
+        integration = sent.integration
         if integration.mode == "sync":  # resends count from now, in memory too
             with self._lock:
-                for alert in notification.alerts:
+                for alert in sent.notification.alerts:
                     if alert.fingerprint in self._book.alerts:
-                        sent = AlertLogEntry(alert.status, alert.starts_at, now)
-                        self._book.alert_log[(integration.id, alert.fingerprint)] = sent
+                        entry = AlertLogEntry(alert.status, alert.starts_at, sent.at)
+                        self._book.alert_log[(integration.id, alert.fingerprint)] = entry
         hooks = self._hooks
-        self._defer(lambda c: hooks.delivered(c, integration, notification, receipt, now))
+        self._defer(lambda c: hooks.delivered(c, sent))
 
     def rejected(self, integration: Integration, error: str, now: float) -> None:
         self._hooks.rejected(integration, error, now)

@@ -11,9 +11,10 @@ from dataclasses import replace
 from sqlalchemy import Connection
 
 from fleetd.alert.book import AlertBook
+from fleetd.alert.delivery import Sent
 from fleetd.alert.entries import new_entry
 from fleetd.alert.integrations import Integration
-from fleetd.alert.notification import AlertRecord, Notification, Receipt
+from fleetd.alert.notification import AlertRecord, Notification
 from fleetd.alert.outbox_store import AlertLogEntry, OutboxStore
 from fleetd.model import make_labels
 
@@ -96,29 +97,24 @@ class DispatchHooks:
                 return notification.with_thread(found[1])
         return notification
 
-    def delivered(
-        self,
-        conn: Connection | None,
-        integration: Integration,
-        notification: Notification,
-        receipt: Receipt | None,
-        now: float,
-    ) -> None:
+    def delivered(self, conn: Connection | None, sent: Sent) -> None:
         assert conn is not None  # the memory lane's hooks (OfflineHooks) defer this call
+        integration, notification, now = sent.integration, sent.notification, sent.at
         if integration.mode == "sync":
             self._synced(conn, integration, notification, now)
             return
-        if receipt is None or receipt.ref is None:
+        ref = None if sent.receipt is None else sent.receipt.ref
+        if ref is None:
             return
         change = notification.change
         if notification.action == "change" and change is not None and change.thread:
             if notification.thread is None:  # the thread's first message
-                self._store.put_thread_ref(conn, integration.id, change.thread, receipt.ref, now)
+                self._store.put_thread_ref(conn, integration.id, change.thread, ref, now)
             return
         if notification.action != "notify":
             return
         items = [(a.fingerprint, a.starts_at) for a in notification.alerts]
-        self._store.put_refs(conn, integration.id, items, receipt.ref, now)
+        self._store.put_refs(conn, integration.id, items, ref, now)
         if notification.thread is not None:  # a reply in the thread: bring the parent up to date
             update = replace(
                 notification, action="update", reason="thread_updated", created_at=now, id=""

@@ -34,6 +34,7 @@ from fleetd.alert.outbox_store import (
     SYNC_GROUP,
     NewEntry,
     OutboxEntry,
+    unseen,
 )
 
 MEMORY_LIMIT = 2000
@@ -70,14 +71,7 @@ class MemoryOutbox:
     def add(self, entries: Sequence[NewEntry], now: float) -> list[OutboxEntry]:
         """Queue entries as pending; one whose (integration, dedup_id) is held is skipped."""
         held = {(e.integration, e.dedup_id) for e in self._entries.values() if e.dedup_id}
-        added = []
-        for new in entries:
-            if new.dedup_id is not None:
-                if (new.integration, new.dedup_id) in held:
-                    continue
-                held.add((new.integration, new.dedup_id))
-            added.append(self._put(new, now))
-        return added
+        return [self._put(new, now) for new in unseen(entries, held)]
 
     @_locked
     def put_sync(self, new: NewEntry, now: float) -> None:

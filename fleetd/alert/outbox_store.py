@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import TypeVar
@@ -328,55 +328,14 @@ class OutboxStore:
     # ------------------------------------------------------------------------------ outbox
     def enqueue(self, conn: Connection, entries: Sequence[NewEntry], now: float) -> int:
         """Write entries as pending; one whose (integration, dedup_id) exists is skipped."""
-        t = outbox_table
-        keyed = [(e.integration, e.dedup_id) for e in entries if e.dedup_id is not None]
-        seen: set[tuple[str, str]] = set()
-        for chunk in _chunks(keyed, 200):
-            found = conn.execute(
-                select(t.c.integration, t.c.dedup_id).where(
-                    tuple_(t.c.integration, t.c.dedup_id).in_(chunk)
-                )
-            )
-            seen.update((row[0], row[1]) for row in found)
-        rows = []
-        for e in entries:
-            if e.dedup_id is not None:
-                if (e.integration, e.dedup_id) in seen:
-                    continue
-                seen.add((e.integration, e.dedup_id))
-            rows.append(_entry_row(e, now))
-        if rows:
-            conn.execute(insert(t), rows)
-        return len(rows)
+        return _insert_new(conn, entries, lambda e: _entry_row(e, now))
 
     def restore(self, conn: Connection, entries: Sequence[OutboxEntry]) -> int:
         """Write entries kept in memory while storage was down, each with its state
         (delivered, pending with its attempts and retry time, failed) and its payload, hence
         its notification id, unchanged; ids are the database's. One whose (integration,
         dedup_id) is already stored is skipped. Returns how many were written."""
-        t = outbox_table
-        keyed = [(e.integration, e.dedup_id) for e in entries if e.dedup_id is not None]
-        seen: set[tuple[str, str]] = set()
-        for chunk in _chunks(keyed, 200):
-            found = conn.execute(
-                select(t.c.integration, t.c.dedup_id).where(
-                    tuple_(t.c.integration, t.c.dedup_id).in_(chunk)
-                )
-            )
-            seen.update((row[0], row[1]) for row in found)
-        rows = []
-        for e in entries:
-            if e.dedup_id is not None:
-                if (e.integration, e.dedup_id) in seen:
-                    continue
-                seen.add((e.integration, e.dedup_id))
-            row = asdict(e)
-            del row["id"]
-            row["sending_since"] = None
-            rows.append(row)
-        if rows:
-            conn.execute(insert(t), rows)
-        return len(rows)
+        return _insert_new(conn, entries, _restored_row)
 
     @contextmanager
     def transaction(self) -> Iterator[Connection | None]:
@@ -445,45 +404,34 @@ class OutboxStore:
 
     def mark_sending(self, entry_id: int, now: float) -> None:
         """Recorded before the HTTP call: a crash mid-send is visible after restart."""
-        t = outbox_table
         with self.db.begin() as conn:
-            conn.execute(
-                update(t)
-                .where(t.c.id == entry_id)
-                .values(sending_since=now, attempts=t.c.attempts + 1)
-            )
+            _set(conn, entry_id, sending_since=now, attempts=outbox_table.c.attempts + 1)
 
     def mark_delivered(self, conn: Connection | None, entry_id: int, now: float) -> None:
         assert conn is not None
-        t = outbox_table
-        conn.execute(
-            update(t)
-            .where(t.c.id == entry_id)
-            .values(status=DELIVERED, finished_at=now, sending_since=None)
-        )
+        _set(conn, entry_id, status=DELIVERED, finished_at=now, sending_since=None)
 
     def mark_retry(self, entry_id: int, due_at: float, error: str, code: int | None) -> None:
-        t = outbox_table
         with self.db.begin() as conn:
-            conn.execute(
-                update(t)
-                .where(t.c.id == entry_id)
-                .values(due_at=due_at, last_error=error, last_status_code=code, sending_since=None)
+            _set(
+                conn,
+                entry_id,
+                due_at=due_at,
+                last_error=error,
+                last_status_code=code,
+                sending_since=None,
             )
 
     def mark_failed(self, entry_id: int, now: float, error: str, code: int | None) -> None:
-        t = outbox_table
         with self.db.begin() as conn:
-            conn.execute(
-                update(t)
-                .where(t.c.id == entry_id)
-                .values(
-                    status=FAILED,
-                    finished_at=now,
-                    last_error=error,
-                    last_status_code=code,
-                    sending_since=None,
-                )
+            _set(
+                conn,
+                entry_id,
+                status=FAILED,
+                finished_at=now,
+                last_error=error,
+                last_status_code=code,
+                sending_since=None,
             )
 
     def fail_unknown(self, known: set[str], now: float) -> dict[str, int]:
@@ -625,6 +573,53 @@ def _entry_row(entry: NewEntry, now: float) -> dict[str, object]:
         "due_at": now,
         "attempts": 0,
     }
+
+
+def _restored_row(entry: OutboxEntry) -> dict[str, object]:
+    row = asdict(entry)
+    del row["id"]
+    row["sending_since"] = None
+    return row
+
+
+_Entry = TypeVar("_Entry", NewEntry, OutboxEntry)
+
+
+def _insert_new(
+    conn: Connection, entries: Sequence[_Entry], to_row: Callable[[_Entry], dict[str, object]]
+) -> int:
+    """Insert ``to_row`` of each entry whose (integration, dedup_id) is not stored yet (nor
+    earlier in ``entries``); returns how many were written."""
+    t = outbox_table
+    keyed = [(e.integration, e.dedup_id) for e in entries if e.dedup_id is not None]
+    seen: set[tuple[str, str]] = set()
+    for chunk in _chunks(keyed, 200):
+        found = conn.execute(
+            select(t.c.integration, t.c.dedup_id).where(
+                tuple_(t.c.integration, t.c.dedup_id).in_(chunk)
+            )
+        )
+        seen.update((row[0], row[1]) for row in found)
+    rows = [to_row(e) for e in unseen(entries, seen)]
+    if rows:
+        conn.execute(insert(t), rows)
+    return len(rows)
+
+
+def unseen(entries: Iterable[_Entry], seen: set[tuple[str, str]]) -> Iterator[_Entry]:
+    """The entries whose (integration, dedup_id) is not in ``seen`` nor earlier in
+    ``entries``; ``seen`` grows by those yielded. An entry without a dedup_id always is."""
+    for e in entries:
+        if e.dedup_id is not None:
+            if (e.integration, e.dedup_id) in seen:
+                continue
+            seen.add((e.integration, e.dedup_id))
+        yield e
+
+
+def _set(conn: Connection, entry_id: int, **values: object) -> None:
+    """Update one outbox entry's columns."""
+    conn.execute(update(outbox_table).where(outbox_table.c.id == entry_id).values(**values))
 
 
 def _chunks(items: Sequence[T], size: int) -> Iterable[Sequence[T]]:

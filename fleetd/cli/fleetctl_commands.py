@@ -418,9 +418,12 @@ def drift_command(tolerance: float, show: int, as_json: bool, **kw: Any) -> None
 
 
 # ------------------------------------------------------------------------------ drain/undrain
-def _run_line(node: str, run: dict[str, Any]) -> str:
+def _run_change(kw: dict[str, Any], node: str, path: str, reason: str) -> None:
+    """POST a change that answers with a run, and print the run's line."""
+    fleet = _fleet(kw)
+    run = change(fleet, node, path, {"reason": reason})["run"]
     gpus = ",".join(str(g) for g in run["gpus"])
-    return f"{node}: run {run['run_id']} {run['plan']} gpu {gpus}: {run['state']}"
+    fleet.echo(f"{node}: run {run['run_id']} {run['plan']} gpu {gpus}: {run['state']}")
 
 
 @click.command("drain")
@@ -437,9 +440,7 @@ def drain_command(node: str, gpu: int, reason: str, **kw: Any) -> None:
     alert) until `fleetctl undrain NODE GPU`. A hive is only drained by a remediation
     run that resets it. Refused while the GPU is in a run or already held.
     """
-    fleet = _fleet(kw)
-    done = change(fleet, node, f"/gpus/{gpu}/drain", {"reason": reason})
-    fleet.echo(_run_line(node, done["run"]))
+    _run_change(kw, node, f"/gpus/{gpu}/drain", reason)
 
 
 @click.command("undrain")
@@ -455,9 +456,7 @@ def undrain_command(node: str, gpu: int, reason: str, **kw: Any) -> None:
     answer /health and serve their model, and go back into rotation; the held alert is
     resolved and the lease released.
     """
-    fleet = _fleet(kw)
-    done = change(fleet, node, f"/gpus/{gpu}/undrain", {"reason": reason})
-    fleet.echo(_run_line(node, done["run"]))
+    _run_change(kw, node, f"/gpus/{gpu}/undrain", reason)
 
 
 @click.command("reload")
@@ -603,9 +602,7 @@ def remediation_waves(as_json: bool, **kw: Any) -> None:
 @fleet_options
 def remediation_cancel(node: str, run_id: str, reason: str, **kw: Any) -> None:
     """Cancel RUN_ID on NODE (it concludes safely between two steps)."""
-    fleet = _fleet(kw)
-    done = change(fleet, node, f"/remediation/runs/{run_id}/cancel", {"reason": reason})
-    fleet.echo(_run_line(node, done["run"]))
+    _run_change(kw, node, f"/remediation/runs/{run_id}/cancel", reason)
 
 
 remediation_group.command("pause", help="Pause automatic remediation on NODE.")(
@@ -646,8 +643,11 @@ BASELINE_COLUMNS = (
 )
 
 
-def _baseline_rows(node: str, baselines: list[dict[str, Any]]) -> list[list[Cell]]:
-    return [
+def _echo_baselines(fleet: Fleet, node: str, data: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        _echo_json(data)
+        return
+    rows = [
         [
             Cell(node),
             Cell(b["worker"]),
@@ -657,8 +657,9 @@ def _baseline_rows(node: str, baselines: list[dict[str, Any]]) -> list[list[Cell
             Cell(f"{b['tpot_p99_s'] * 1000:.1f} ms"),
             Cell(clock(b["captured_at"])),
         ]
-        for b in baselines
+        for b in data["baselines"]
     ]
+    fleet.echo(render_table(BASELINE_COLUMNS, rows, fleet.painter))
 
 
 @baseline_group.command("capture")
@@ -672,12 +673,7 @@ def baseline_capture(node: str, reason: str, as_json: bool, **kw: Any) -> None:
     reset. The probe takes a while: give a --timeout long enough for it."""
     fleet = _fleet(kw)
     data = change(fleet, node, "/remediation/baseline/capture", {"reason": reason})
-    if as_json:
-        _echo_json(data)
-        return
-    fleet.echo(
-        render_table(BASELINE_COLUMNS, _baseline_rows(node, data["baselines"]), fleet.painter)
-    )
+    _echo_baselines(fleet, node, data, as_json)
 
 
 @baseline_group.command("show")
@@ -688,12 +684,7 @@ def baseline_show(node: str, as_json: bool, **kw: Any) -> None:
     """The baselines NODE holds, one per worker."""
     fleet = _fleet(kw)
     data = read(fleet, node, "/remediation/baseline")
-    if as_json:
-        _echo_json(data)
-        return
-    fleet.echo(
-        render_table(BASELINE_COLUMNS, _baseline_rows(node, data["baselines"]), fleet.painter)
-    )
+    _echo_baselines(fleet, node, data, as_json)
 
 
 # ----------------------------------------------------------------------------------- history

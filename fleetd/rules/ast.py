@@ -19,6 +19,15 @@ ValueType = Literal["scalar", "vector", "range"]
 ARITHMETIC_OPS = ("+", "-", "*", "/", "%", "^")
 COMPARISON_OPS = ("==", "!=", ">", "<", ">=", "<=")
 SET_OPS = ("and", "or", "unless")
+BINARY_LEVELS: tuple[tuple[str, ...], ...] = (
+    ("or",),
+    ("and", "unless"),
+    COMPARISON_OPS,
+    ("+", "-"),
+    ("*", "/", "%"),
+)
+"""Left-associative binary operators, loosest first (PromQL's precedence); unary minus binds
+tighter than all of them and ``^`` (right-associative) tighter still."""
 
 RANGE_FUNCTIONS: dict[str, str] = {
     # function name → fleetd.query.WindowFn evaluated by the store over (now - range, now]

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
+from typing import TypeVar
 
 from fleetd.query import Matcher, MatchOp
 from fleetd.rules.ast import (
     AGGREGATIONS,
+    BINARY_LEVELS,
     COMPARISON_OPS,
     RANGE_FUNCTIONS,
     SET_OPS,
@@ -32,13 +35,7 @@ from fleetd.rules.ast import (
 from fleetd.rules.lexer import ExprError, Token, tokenize
 
 MAX_DEPTH = 50
-_LEVELS: tuple[tuple[str, ...], ...] = (
-    ("or",),
-    ("and", "unless"),
-    COMPARISON_OPS,
-    ("+", "-"),
-    ("*", "/", "%"),
-)
+_T = TypeVar("_T")
 _KEYWORDS = frozenset(
     {"and", "or", "unless", "bool", "on", "ignoring", "group_left", "group_right", "by", "without"}
 )
@@ -100,10 +97,10 @@ class _Parser:
         return node
 
     def binary(self, level: int) -> Node:
-        if level == len(_LEVELS):
+        if level == len(BINARY_LEVELS):
             return self.unary()
         lhs = self.binary(level + 1)
-        while self.peek().kind in ("op", "ident") and self.peek().text in _LEVELS[level]:
+        while self.peek().kind in ("op", "ident") and self.peek().text in BINARY_LEVELS[level]:
             token = self.advance()
             bool_mode, matching = self.modifiers(token)
             rhs = self.binary(level + 1)
@@ -186,33 +183,43 @@ class _Parser:
             return self.range(selector)
         return selector
 
-    def matchers(self) -> tuple[Matcher, ...]:
-        self.expect("{", "'{'")
-        found: list[Matcher] = []
-        while not self.at("}"):
-            label = self.peek()
-            if label.kind != "ident":
-                raise ExprError(f"expected a label name, found {_describe(label)}", label.pos)
-            self.advance()
-            if label.text == "__name__":
-                raise ExprError("select the metric by name, not with __name__", label.pos)
-            op_token = self.peek()
-            if op_token.kind != "op" or op_token.text not in _MATCH_OPS:
-                raise ExprError(
-                    f"expected one of = != =~ !~ after {label.text!r}, found {_describe(op_token)}",
-                    op_token.pos,
-                )
-            self.advance()
-            value = self.peek()
-            if value.kind != "str":
-                raise ExprError(f"expected a quoted value, found {_describe(value)}", value.pos)
-            self.advance()
-            assert isinstance(value.value, str)
-            found.append(_matcher(label.text, op_token.text, value))
-            if not self.at("}"):
-                self.expect(",", "',' or '}'")
+    def listed(self, opening: str, closing: str, item: Callable[[], _T]) -> list[_T]:
+        """``opening item, item, … closing``, a trailing comma allowed."""
+        self.expect(opening, f"'{opening}'")
+        found: list[_T] = []
+        while not self.at(closing):
+            found.append(item())
+            if not self.at(closing):
+                self.expect(",", f"',' or '{closing}'")
         self.advance()
-        return tuple(found)
+        return found
+
+    def label_name(self) -> Token:
+        token = self.peek()
+        if token.kind != "ident":
+            raise ExprError(f"expected a label name, found {_describe(token)}", token.pos)
+        return self.advance()
+
+    def matchers(self) -> tuple[Matcher, ...]:
+        return tuple(self.listed("{", "}", self.matcher))
+
+    def matcher(self) -> Matcher:
+        label = self.label_name()
+        if label.text == "__name__":
+            raise ExprError("select the metric by name, not with __name__", label.pos)
+        op_token = self.peek()
+        if op_token.kind != "op" or op_token.text not in _MATCH_OPS:
+            raise ExprError(
+                f"expected one of = != =~ !~ after {label.text!r}, found {_describe(op_token)}",
+                op_token.pos,
+            )
+        self.advance()
+        value = self.peek()
+        if value.kind != "str":
+            raise ExprError(f"expected a quoted value, found {_describe(value)}", value.pos)
+        self.advance()
+        assert isinstance(value.value, str)
+        return _matcher(label.text, op_token.text, value)
 
     def range(self, selector: Selector) -> RangeSelector:
         bracket = self.advance()
@@ -227,20 +234,16 @@ class _Parser:
         return RangeSelector(selector, token.value, bracket.pos)
 
     def label_list(self) -> tuple[str, ...]:
-        self.expect("(", "'('")
         names: list[str] = []
-        while not self.at(")"):
-            token = self.peek()
-            if token.kind != "ident":
-                raise ExprError(f"expected a label name, found {_describe(token)}", token.pos)
-            self.advance()
+
+        def label() -> str:
+            token = self.label_name()
             if token.text in names:
                 raise ExprError(f"label {token.text!r} is listed twice", token.pos)
             names.append(token.text)
-            if not self.at(")"):
-                self.expect(",", "',' or ')'")
-        self.advance()
-        return tuple(names)
+            return token.text
+
+        return tuple(self.listed("(", ")", label))
 
     def aggregate(self, token: Token) -> Aggregate:
         grouping: tuple[str, ...] = ()

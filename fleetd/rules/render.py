@@ -12,6 +12,7 @@ import math
 from fleetd.configbase import format_duration
 from fleetd.query import Matcher
 from fleetd.rules.ast import (
+    BINARY_LEVELS,
     Aggregate,
     Binary,
     Call,
@@ -24,24 +25,9 @@ from fleetd.rules.ast import (
     VectorMatching,
 )
 
-_PRECEDENCE = {
-    "or": 1,
-    "and": 2,
-    "unless": 2,
-    "==": 3,
-    "!=": 3,
-    ">": 3,
-    "<": 3,
-    ">=": 3,
-    "<=": 3,
-    "+": 4,
-    "-": 4,
-    "*": 5,
-    "/": 5,
-    "%": 5,
-    "^": 7,
-}
-_UNARY_PRECEDENCE = 6
+_PRECEDENCE = {op: level for level, ops in enumerate(BINARY_LEVELS, 1) for op in ops}
+_UNARY_PRECEDENCE = len(BINARY_LEVELS) + 1
+_PRECEDENCE["^"] = _UNARY_PRECEDENCE + 1
 
 
 def render(node: Node, join_labels: tuple[str, ...] = ()) -> str:

@@ -13,36 +13,37 @@ from __future__ import annotations
 import sys
 from array import array
 from collections.abc import Sequence
+from typing import Any, TypeVar
 
 _BIG_ENDIAN = sys.byteorder == "big"
 _LAYOUT_CACHE_LIMIT = 64
+_A = TypeVar("_A", bound="array[Any]")
 
 
 def pack_ids(ids: Sequence[int]) -> bytes:
-    arr = array("i", ids)
-    if _BIG_ENDIAN:
-        arr.byteswap()
-    return arr.tobytes()
+    return _little_endian(array("i", ids)).tobytes()
 
 
 def pack_values(values: Sequence[float]) -> bytes:
-    arr = array("d", values)
-    if _BIG_ENDIAN:
-        arr.byteswap()
-    return arr.tobytes()
+    return _little_endian(array("d", values)).tobytes()
 
 
-def unpack_values(blob: bytes) -> array:  # type: ignore[type-arg]
-    arr = array("d")
+def unpack_values(blob: bytes) -> array[float]:
+    return _unpack("d", blob)
+
+
+def unpack_ids(blob: bytes) -> array[int]:
+    return _unpack("i", blob)
+
+
+def _unpack(code: str, blob: bytes) -> array[Any]:
+    arr = array(code)
     arr.frombytes(blob)
-    if _BIG_ENDIAN:
-        arr.byteswap()
-    return arr
+    return _little_endian(arr)
 
 
-def unpack_ids(blob: bytes) -> array:  # type: ignore[type-arg]
-    arr = array("i")
-    arr.frombytes(blob)
+def _little_endian(arr: _A) -> _A:
+    """The stored byte order from the host's, or back (a swap is its own inverse)."""
     if _BIG_ENDIAN:
         arr.byteswap()
     return arr

@@ -18,7 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from fleetd.errors import StoreError
 from fleetd.logs import get_logger
 from fleetd.model import Sample, SeriesKey
-from fleetd.query import Matcher, Query, RangeAgg, WindowFn
+from fleetd.query import Matcher, Query, QueryBase, RangeAgg, Span, WindowFn
 from fleetd.store import functions
 from fleetd.store.functions import Summary
 from fleetd.store.memory import MemoryWindow
@@ -29,21 +29,15 @@ DATABASE_ERRORS = (StoreError, SQLAlchemyError, OSError)
 
 
 class StoredQuery(Query, Protocol):
-    """A ``Query`` that can also summarise ``(start, end]`` for combining with memory."""
+    """A ``Query`` that can also summarise ``(start, end]`` for combining with memory, and
+    takes ``range``'s parsed arguments (``QueryBase._range``)."""
 
     def summaries(
         self, metric: str, matchers: Sequence[Matcher] = (), *, start: float, end: float
     ) -> dict[SeriesKey, Summary]: ...
 
-    def range(
-        self,
-        metric: str,
-        matchers: Sequence[Matcher] = (),
-        *,
-        start: float,
-        end: float,
-        step: float | None = None,
-        agg: RangeAgg = "last",
+    def _range(
+        self, metric: str, matchers: Sequence[Matcher], span: Span
     ) -> dict[SeriesKey, list[Sample]]: ...
 
 
@@ -53,7 +47,7 @@ class RecentSource(Protocol):
     ) -> Iterable[tuple[SeriesKey, list[float], list[float]]]: ...
 
 
-class HybridQuery:
+class HybridQuery(QueryBase):
     """Memory first, the database for what memory does not hold."""
 
     def __init__(
@@ -80,13 +74,8 @@ class HybridQuery:
             self._failed(exc, "series")
         return list(found)
 
-    def latest(
-        self,
-        metric: str,
-        matchers: Sequence[Matcher] = (),
-        *,
-        now: float,
-        max_age: float | None = None,
+    def _latest(
+        self, metric: str, matchers: Sequence[Matcher], now: float, max_age: float | None
     ) -> dict[SeriesKey, Sample]:
         mem = self.memory.latest(metric, matchers, now=now, max_age=max_age)
         if max_age is not None and self.memory.covers(now - max_age):
@@ -101,14 +90,8 @@ class HybridQuery:
                 stored[key] = sample
         return stored
 
-    def window(
-        self,
-        fn: WindowFn,
-        metric: str,
-        matchers: Sequence[Matcher] = (),
-        *,
-        window: float,
-        now: float,
+    def _window(
+        self, fn: WindowFn, metric: str, matchers: Sequence[Matcher], window: float, now: float
     ) -> dict[SeriesKey, float]:
         start = now - window
         split = self.memory.complete_after
@@ -130,30 +113,24 @@ class HybridQuery:
                 out[key] = value
         return out
 
-    def range(
-        self,
-        metric: str,
-        matchers: Sequence[Matcher] = (),
-        *,
-        start: float,
-        end: float,
-        step: float | None = None,
-        agg: RangeAgg = "last",
+    def _range(
+        self, metric: str, matchers: Sequence[Matcher], span: Span
     ) -> dict[SeriesKey, list[Sample]]:
         """Samples (or step buckets) up to the split from the database, after it from memory;
         the step bucket holding the split combines both parts' summaries."""
+        start, end, step, agg = span
         split = self.memory.complete_after
         lookback = 0.0 if step is None else step
         if split is not None and start - lookback >= split:
-            return self.memory.range(metric, matchers, start=start, end=end, step=step, agg=agg)
+            return self.memory._range(metric, matchers, span)
         try:
-            stored = self.database.range(metric, matchers, start=start, end=end, step=step, agg=agg)
+            stored = self.database._range(metric, matchers, span)
         except DATABASE_ERRORS as exc:
             self._failed(exc, "range")
-            return self.memory.range(metric, matchers, start=start, end=end, step=step, agg=agg)
+            return self.memory._range(metric, matchers, span)
         if split is None or split >= end:
             return stored
-        mem = self.memory.range(metric, matchers, start=start, end=end, step=step, agg=agg)
+        mem = self.memory._range(metric, matchers, span)
         for key, samples in mem.items():
             fresh = [s for s in samples if s.ts - lookback >= split]
             if fresh:

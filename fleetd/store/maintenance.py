@@ -19,9 +19,11 @@ replaced, not appended), so a crash simply redoes the interrupted batch.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
-from sqlalchemy import Connection, delete, func, select, tuple_
+from sqlalchemy import Connection, Row, delete, func, select, tuple_
 
 from fleetd.logs import get_logger
 from fleetd.store import functions, reader
@@ -365,35 +367,7 @@ class Maintenance:
             return 0
         marks = self.store.marks
         with self.db.begin() as conn:
-            if tier == 0:
-                c = chunk_table.c
-                keys = conn.execute(
-                    select(c.series_id, c.start_ts, c.last_ts)
-                    .where(c.last_ts <= horizon)
-                    .order_by(c.last_ts)
-                    .limit(limit)
-                ).all()
-                if keys:
-                    conn.execute(
-                        delete(chunk_table).where(
-                            tuple_(c.series_id, c.start_ts).in_([(k[0], k[1]) for k in keys])
-                        )
-                    )
-            else:
-                r = rollup_table.c
-                keys = conn.execute(
-                    select(r.series_id, r.start_ts, r.last_ts)
-                    .where(r.tier == tier, r.last_ts <= horizon)
-                    .order_by(r.last_ts)
-                    .limit(limit)
-                ).all()
-                if keys:
-                    conn.execute(
-                        delete(rollup_table).where(
-                            r.tier == tier,
-                            tuple_(r.series_id, r.start_ts).in_([(k[0], k[1]) for k in keys]),
-                        )
-                    )
+            keys = _delete_ending_by(conn, tier, horizon, limit, "last_ts")
             reached = horizon if len(keys) < limit else int(keys[-1][2])
             marks.raise_to(conn, DELETED_UNTIL[tier], reached)
         return len(keys)
@@ -458,35 +432,14 @@ class Maintenance:
         ``horizon``; returns the bytes of data removed."""
         marks = self.store.marks
         dropped = 0
-        c, r, h = chunk_table.c, rollup_table.c, head_table.c
+        h = head_table.c
         with self.db.begin() as conn:
             for tier in (3600, 60):
-                rows = conn.execute(
-                    select(r.series_id, r.start_ts, func.length(r.data))
-                    .where(r.tier == tier, r.last_ts <= horizon)
-                    .limit(limit)
-                ).all()
-                if rows:
-                    conn.execute(
-                        delete(rollup_table).where(
-                            r.tier == tier,
-                            tuple_(r.series_id, r.start_ts).in_([(x[0], x[1]) for x in rows]),
-                        )
-                    )
-                    dropped += sum(int(x[2]) for x in rows)
-                marks.raise_to(conn, DELETED_UNTIL[tier], horizon)
-            rows = conn.execute(
-                select(c.series_id, c.start_ts, func.length(c.data))
-                .where(c.last_ts <= horizon)
-                .limit(limit)
-            ).all()
-            if rows:
-                conn.execute(
-                    delete(chunk_table).where(
-                        tuple_(c.series_id, c.start_ts).in_([(x[0], x[1]) for x in rows])
-                    )
-                )
+                rows = _delete_ending_by(conn, tier, horizon, limit, "bytes")
                 dropped += sum(int(x[2]) for x in rows)
+                marks.raise_to(conn, DELETED_UNTIL[tier], horizon)
+            rows = _delete_ending_by(conn, 0, horizon, limit, "bytes")
+            dropped += sum(int(x[2]) for x in rows)
             head_bytes = conn.execute(
                 select(func.sum(func.length(h.sids) + func.length(h.vals))).where(h.ts <= horizon)
             ).scalar()
@@ -494,3 +447,25 @@ class Maintenance:
             dropped += int(head_bytes or 0)
             marks.raise_to(conn, DELETED_UNTIL[0], horizon)
         return dropped
+
+
+def _delete_ending_by(
+    conn: Connection, tier: int, horizon: int, limit: int, third: Literal["last_ts", "bytes"]
+) -> Sequence[Row[int, int, int]]:
+    """Delete up to ``limit`` chunks of ``tier`` (0 = raw) ending at or before ``horizon``
+    and return their ``(series_id, start_ts, third)``: with ``last_ts`` the oldest-ending
+    first, with ``bytes`` (the data's length) in no particular order."""
+    table = chunk_table if tier == 0 else rollup_table
+    c = table.c
+    scope = [] if tier == 0 else [c.tier == tier]
+    query = select(
+        c.series_id, c.start_ts, c.last_ts if third == "last_ts" else func.length(c.data)
+    )
+    query = query.where(*scope, c.last_ts <= horizon).limit(limit)
+    if third == "last_ts":
+        query = query.order_by(c.last_ts)
+    rows = conn.execute(query).all()
+    if rows:
+        keys = [(x[0], x[1]) for x in rows]
+        conn.execute(delete(table).where(*scope, tuple_(c.series_id, c.start_ts).in_(keys)))
+    return rows

@@ -17,7 +17,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 
 from fleetd.model import Labels, Reading, Sample, SeriesKey
-from fleetd.query import Matcher, RangeAgg, WindowFn, matches_all
+from fleetd.query import Matcher, QueryBase, Span, WindowFn, matches_all
 from fleetd.store import functions
 from fleetd.store.functions import Summary
 
@@ -49,7 +49,7 @@ class _Series:
             self.values.insert(i, value)
 
 
-class MemoryWindow:
+class MemoryWindow(QueryBase):
     """The last ``retention`` seconds of every series, answering the ``Query`` protocol."""
 
     def __init__(self, retention: float) -> None:
@@ -201,13 +201,8 @@ class MemoryWindow:
         with self._lock:
             return [s.key for s in self._select(metric, matchers)]
 
-    def latest(
-        self,
-        metric: str,
-        matchers: Sequence[Matcher] = (),
-        *,
-        now: float,
-        max_age: float | None = None,
+    def _latest(
+        self, metric: str, matchers: Sequence[Matcher], now: float, max_age: float | None
     ) -> dict[SeriesKey, Sample]:
         now = functions.at_ms(now)  # stored times are whole milliseconds, rounded
         with self._lock:
@@ -224,14 +219,8 @@ class MemoryWindow:
                 out[series.key] = Sample(ts, series.values[i - 1])
             return out
 
-    def window(
-        self,
-        fn: WindowFn,
-        metric: str,
-        matchers: Sequence[Matcher] = (),
-        *,
-        window: float,
-        now: float,
+    def _window(
+        self, fn: WindowFn, metric: str, matchers: Sequence[Matcher], window: float, now: float
     ) -> dict[SeriesKey, float]:
         now = functions.at_ms(now)
         with self._lock:
@@ -252,17 +241,11 @@ class MemoryWindow:
                     out[series.key] = value
             return out
 
-    def range(
-        self,
-        metric: str,
-        matchers: Sequence[Matcher] = (),
-        *,
-        start: float,
-        end: float,
-        step: float | None = None,
-        agg: RangeAgg = "last",
+    def _range(
+        self, metric: str, matchers: Sequence[Matcher], span: Span
     ) -> dict[SeriesKey, list[Sample]]:
         """Samples in ``[start, end]``; with ``step``, one ``agg`` sample per step bucket."""
+        start, end, step, agg = span
         with self._lock:
             out: dict[SeriesKey, list[Sample]] = {}
             for series in self._select(metric, matchers):

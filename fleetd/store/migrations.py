@@ -20,6 +20,7 @@ History:
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -55,27 +56,14 @@ def _v2_tables() -> MetaData:
     Table(
         "fleetd_sample_chunks",
         meta,
-        Column("id", Integer, primary_key=True, autoincrement=True),
-        Column("series_id", Integer, nullable=False),
-        Column("start_ts", BigInteger, nullable=False),
-        Column("first_ts", BigInteger, nullable=False),
-        Column("last_ts", BigInteger, nullable=False),
-        Column("count", Integer, nullable=False),
-        Column("data", LargeBinary, nullable=False),
+        *_v2_chunk_columns(),
         UniqueConstraint("series_id", "start_ts", name="uq_fleetd_sample_chunks_key"),
         Index("ix_fleetd_sample_chunks_last_ts", "last_ts"),
     )
     Table(
         "fleetd_rollup_chunks",
         meta,
-        Column("id", Integer, primary_key=True, autoincrement=True),
-        Column("tier", SmallInteger, nullable=False),
-        Column("series_id", Integer, nullable=False),
-        Column("start_ts", BigInteger, nullable=False),
-        Column("first_ts", BigInteger, nullable=False),
-        Column("last_ts", BigInteger, nullable=False),
-        Column("count", Integer, nullable=False),
-        Column("data", LargeBinary, nullable=False),
+        *_v2_chunk_columns(Column("tier", SmallInteger, nullable=False)),
         UniqueConstraint("tier", "series_id", "start_ts", name="uq_fleetd_rollup_chunks_key"),
         Index("ix_fleetd_rollup_chunks_last_ts", "tier", "last_ts"),
     )
@@ -86,6 +74,20 @@ def _v2_tables() -> MetaData:
         Column("value", BigInteger, nullable=False),
     )
     return meta
+
+
+def _v2_chunk_columns(*after_id: Column[Any]) -> list[Column[Any]]:
+    """The columns raw and rollup chunk rows share at v2 (a rollup's ``tier`` follows ``id``)."""
+    return [
+        Column("id", Integer, primary_key=True, autoincrement=True),
+        *after_id,
+        Column("series_id", Integer, nullable=False),
+        Column("start_ts", BigInteger, nullable=False),
+        Column("first_ts", BigInteger, nullable=False),
+        Column("last_ts", BigInteger, nullable=False),
+        Column("count", Integer, nullable=False),
+        Column("data", LargeBinary, nullable=False),
+    ]
 
 
 def _to_v2(conn: Connection) -> None:

@@ -32,10 +32,10 @@ import tempfile
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -43,7 +43,7 @@ from fleetd.configbase import Secret
 from fleetd.errors import StoreError
 from fleetd.logs import get_logger
 from fleetd.model import Reading, Sample, SeriesKey
-from fleetd.query import Matcher, RangeAgg, WindowFn
+from fleetd.query import Matcher, QueryBase, Span, WindowFn
 from fleetd.store.config import StoreConfig
 from fleetd.store.db import Database, SchemaTooNewError
 from fleetd.store.events import Event, EventKind, EventLog
@@ -122,6 +122,7 @@ def classify(exc: BaseException) -> Failure:
 
 
 _DB_ERRORS = (SQLAlchemyError, StoreError, OSError, sqlite3.Error)
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +188,7 @@ def move_aside(path: Path, now: float) -> Path:
     return target
 
 
-class ResilientStore:
+class ResilientStore(QueryBase):
     """The daemon's storage handle: never raises into the poll loop."""
 
     def __init__(self, url: Secret | str, config: StoreConfig, *, node: str) -> None:
@@ -589,74 +590,42 @@ class ResilientStore:
             self._corrupt = exc  # moved aside on the next write or maintenance (they know now)
         return StoreError(f"storage read failed: {failure.reason}")
 
-    def _store(self) -> SampleStore:
-        if self.samples is None:
-            raise StoreError(self._unavailable())
-        return self.samples
+    def _read(self, call: Callable[[SampleStore], _T]) -> _T:
+        """``call`` on the sample store; a database error is counted and raised as StoreError."""
+        try:
+            if self.samples is None:
+                raise StoreError(self._unavailable())
+            return call(self.samples)
+        except _DB_ERRORS as exc:
+            raise self._read_failed(exc) from exc
 
     def series(self, metric: str, matchers: Sequence[Matcher] = ()) -> list[SeriesKey]:
-        try:
-            return self._store().series(metric, matchers)
-        except _DB_ERRORS as exc:
-            raise self._read_failed(exc) from exc
+        return self._read(lambda s: s.series(metric, matchers))
 
-    def latest(
-        self,
-        metric: str,
-        matchers: Sequence[Matcher] = (),
-        *,
-        now: float,
-        max_age: float | None = None,
+    def _latest(
+        self, metric: str, matchers: Sequence[Matcher], now: float, max_age: float | None
     ) -> dict[SeriesKey, Sample]:
-        try:
-            return self._store().latest(metric, matchers, now=now, max_age=max_age)
-        except _DB_ERRORS as exc:
-            raise self._read_failed(exc) from exc
+        return self._read(lambda s: s.latest(metric, matchers, now=now, max_age=max_age))
 
-    def window(
-        self,
-        fn: WindowFn,
-        metric: str,
-        matchers: Sequence[Matcher] = (),
-        *,
-        window: float,
-        now: float,
+    def _window(
+        self, fn: WindowFn, metric: str, matchers: Sequence[Matcher], window: float, now: float
     ) -> dict[SeriesKey, float]:
-        try:
-            return self._store().window(fn, metric, matchers, window=window, now=now)
-        except _DB_ERRORS as exc:
-            raise self._read_failed(exc) from exc
+        return self._read(lambda s: s.window(fn, metric, matchers, window=window, now=now))
 
-    def range(
-        self,
-        metric: str,
-        matchers: Sequence[Matcher] = (),
-        *,
-        start: float,
-        end: float,
-        step: float | None = None,
-        agg: RangeAgg = "last",
+    def _range(
+        self, metric: str, matchers: Sequence[Matcher], span: Span
     ) -> dict[SeriesKey, list[Sample]]:
-        try:
-            return self._store().range(metric, matchers, start=start, end=end, step=step, agg=agg)
-        except _DB_ERRORS as exc:
-            raise self._read_failed(exc) from exc
+        return self._read(lambda s: s._range(metric, matchers, span))
 
     def summaries(
         self, metric: str, matchers: Sequence[Matcher] = (), *, start: float, end: float
     ) -> dict[SeriesKey, Summary]:
-        try:
-            return self._store().summaries(metric, matchers, start=start, end=end)
-        except _DB_ERRORS as exc:
-            raise self._read_failed(exc) from exc
+        return self._read(lambda s: s.summaries(metric, matchers, start=start, end=end))
 
     def recent_columns(
         self, since: float, until: float
     ) -> Iterable[tuple[SeriesKey, list[float], list[float]]]:
-        try:
-            return list(self._store().recent_columns(since, until))
-        except _DB_ERRORS as exc:
-            raise self._read_failed(exc) from exc
+        return self._read(lambda s: list(s.recent_columns(since, until)))
 
 
 def _sqlite_path(url: str) -> Path | None:

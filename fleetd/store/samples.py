@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from fleetd.model import Reading, Sample, SeriesKey
-from fleetd.query import Matcher, RangeAgg, WindowFn
+from fleetd.query import Matcher, QueryBase, Span, WindowFn
 from fleetd.store import functions, headrows, reader
 from fleetd.store.db import Database
 from fleetd.store.functions import Buckets, Summary, to_ms
@@ -48,7 +48,7 @@ class TierPlan:
     raw: tuple[int, int] | None
 
 
-class SampleStore:
+class SampleStore(QueryBase):
     """Telemetry in the database: ``append`` per poll, ``Query`` for reads."""
 
     def __init__(self, db: Database) -> None:
@@ -120,13 +120,8 @@ class SampleStore:
     def series(self, metric: str, matchers: Sequence[Matcher] = ()) -> list[SeriesKey]:
         return list(self._select(metric, matchers).values())
 
-    def latest(
-        self,
-        metric: str,
-        matchers: Sequence[Matcher] = (),
-        *,
-        now: float,
-        max_age: float | None = None,
+    def _latest(
+        self, metric: str, matchers: Sequence[Matcher], now: float, max_age: float | None
     ) -> dict[SeriesKey, Sample]:
         chosen = self._select(metric, matchers)
         if not chosen:
@@ -164,14 +159,8 @@ class SampleStore:
         with self.db.read() as conn:
             return reader.read_raw(conn, ids, to_ms(start) - 1, to_ms(end) + 1)
 
-    def window(
-        self,
-        fn: WindowFn,
-        metric: str,
-        matchers: Sequence[Matcher] = (),
-        *,
-        window: float,
-        now: float,
+    def _window(
+        self, fn: WindowFn, metric: str, matchers: Sequence[Matcher], window: float, now: float
     ) -> dict[SeriesKey, float]:
         start = now - window
         if to_ms(start) >= self.marks.deleted_until(0):
@@ -215,15 +204,8 @@ class SampleStore:
                 out[chosen[sid]] = summary
         return out
 
-    def range(
-        self,
-        metric: str,
-        matchers: Sequence[Matcher] = (),
-        *,
-        start: float,
-        end: float,
-        step: float | None = None,
-        agg: RangeAgg = "last",
+    def _range(
+        self, metric: str, matchers: Sequence[Matcher], span: Span
     ) -> dict[SeriesKey, list[Sample]]:
         """Raw samples in ``[start, end]``; with ``step``, one ``agg`` sample per step bucket
         ``(t - step, t]`` for grid times ``t`` in ``[start, end]``.
@@ -231,6 +213,7 @@ class SampleStore:
         A step that is a whole number of minutes (hours) is answered from 1-minute (1-hour)
         rollups wherever they exist, so long ranges stay cheap; other steps use raw samples.
         """
+        start, end, step, agg = span
         chosen = self._select(metric, matchers)
         if not chosen:
             return {}

@@ -10,10 +10,13 @@ by the update-then-insert code this replaces holds the same rows.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Table
 from sqlalchemy.dialects import sqlite
+
+if TYPE_CHECKING:
+    from sqlalchemy.dialects import postgresql
 
 
 def upsert(
@@ -23,24 +26,19 @@ def upsert(
     dialect = conn.dialect.name
     if not values:
         raise ValueError("upsert needs at least one column to update")
+    stmt: sqlite.Insert | postgresql.Insert
     if dialect == "sqlite":
-        sqlite_stmt = sqlite.insert(table).values({**key, **values})
-        conn.execute(
-            sqlite_stmt.on_conflict_do_update(
-                index_elements=list(key),
-                set_={name: sqlite_stmt.excluded[name] for name in values},
-            )
-        )
+        stmt = sqlite.insert(table)
     elif dialect == "postgresql":
         # imported here: a node on SQLite never loads the PostgreSQL dialect (2.6 MB RSS)
         from sqlalchemy.dialects import postgresql
 
-        pg_stmt = postgresql.insert(table).values({**key, **values})
-        conn.execute(
-            pg_stmt.on_conflict_do_update(
-                index_elements=list(key),
-                set_={name: pg_stmt.excluded[name] for name in values},
-            )
-        )
+        stmt = postgresql.insert(table)
     else:  # pragma: no cover - fleetd opens only SQLite and PostgreSQL (db.check_url)
         raise ValueError(f"no upsert for the {dialect} dialect")
+    stmt = stmt.values({**key, **values})
+    conn.execute(
+        stmt.on_conflict_do_update(
+            index_elements=list(key), set_={name: stmt.excluded[name] for name in values}
+        )
+    )
