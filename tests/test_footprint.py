@@ -25,6 +25,17 @@ def test_the_daemon_does_not_load_the_postgresql_dialect_until_it_uses_postgresq
     assert out.stdout.strip() == "[]"
 
 
+def test_a_node_daemon_does_not_load_the_simulator() -> None:
+    code = (
+        "import sys, fleetd.daemon, fleetd.cli.run_cmd; "
+        "print(sorted(m for m in sys.modules if m.startswith('fleetd.sim')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "[]"
+
+
 def _depth(error: BaseException) -> int:
     depth, tb = 0, error.__traceback__
     while tb is not None:
