@@ -25,10 +25,12 @@ def test_the_daemon_does_not_load_the_postgresql_dialect_until_it_uses_postgresq
     assert out.stdout.strip() == "[]"
 
 
-def test_a_node_daemon_does_not_load_the_simulator() -> None:
+def test_a_node_daemon_loads_neither_the_simulator_nor_rich() -> None:
+    """fleetd.sim only runs under --simulate; rich/pygments came with structlog for console
+    tracebacks a JSON-logging daemon never prints."""
     code = (
-        "import sys, fleetd.daemon, fleetd.cli.run_cmd; "
-        "print(sorted(m for m in sys.modules if m.startswith('fleetd.sim')))"
+        "import sys, fleetd.cli.fleetd_main, fleetd.daemon, fleetd.cli.run_cmd; "
+        "print(sorted(m for m in sys.modules if m.startswith(('fleetd.sim', 'rich', 'pygments'))))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
