@@ -1,27 +1,52 @@
-"""The whole daemon's own cost: ``fleetd run --simulate healthy`` polling 8 GPUs every second.
+"""The whole daemon's own cost per tick, over the replay backend and over the simulator, with
+prometheus-node-exporter measured side by side in the same window.
 
-Everything runs — poll, rules, store (SQLite), alert delivery, remediation ticks, /metrics
-scraped every 5 s — in a child process; after a warm-up this reads the child's CPU time and
-RSS from /proc over a measuring window. The simulator's own CPU is included (it runs in the
-daemon), so this is an upper bound for a real node. Prints one JSON line.
+Two daemons run at once, each in its own process, polling 8 MI355X GPUs every second with
+everything on — poll, rules, SQLite store, alert delivery, remediation ticks (dry-run), the
+event sources, and HTTP: /metrics and /api/v1/status are fetched every 5 s. One reads a
+recording of the simulator (fleetd.sim.replay: answers served at near-zero cost, the shipped
+recording fleetd/data/replay/mi355x-healthy.json.gz), the other the live simulator (whose own
+CPU is included). ``prometheus-node-exporter`` runs beside them and is scraped at the same
+cadence. After a warm-up each process's CPU time is read from /proc/PID/stat over the same
+measuring window, with RSS at its end.
+
+Figures: ``replay.cpu_ms_per_tick`` (the whole replay daemon process), ``replay.own_cpu_ms_
+per_tick`` (less the CPU the replay itself spent serving answers, which it measures with
+time.thread_time), ``simulator.cpu_ms_per_tick``, node_exporter's CPU per scrape and series,
+and the ratios ``fleetd own CPU per tick / node_exporter CPU per scrape`` and the same per
+series. ``--footprint-ticks N`` instead ticks a replay daemon by hand N times on a fake clock
+(in this process; /metrics fetched every 5 ticks) and prints its RSS along the way.
+
+Prints one JSON line.
 """
 
 from __future__ import annotations
 
+import argparse
+import gc
 import json
 import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
-WARMUP_S = float(os.environ.get("FLEETD_BENCH_WARMUP", "20"))
-MEASURE_S = float(os.environ.get("FLEETD_BENCH_MEASURE", "60"))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # benchmark this checkout
+
+NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
+SCRAPE_S = 5.0
+GPUS = 8
 
 
+# ------------------------------------------------------------------------------ /proc
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = os.sysconf("SC_CLK_TCK")
@@ -35,71 +60,328 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def main() -> None:
-    with tempfile.TemporaryDirectory() as tmp, socket.socket() as probe:
+def free_port() -> int:
+    with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-        probe.close()
-        config = Path(tmp) / "fleetd.yaml"
-        config.write_text(
-            f"state_dir: {tmp}\nhttp: {{port: {port}}}\npoll: {{interval: 1s}}\n"
-            "alerting: {receivers: [{name: console, console: [{}]}]}\n"
+        return int(probe.getsockname()[1])
+
+
+def fetch(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return str(response.read().decode())
+
+
+def series(text: str) -> int:
+    return sum(1 for line in text.splitlines() if line and not line.startswith("#"))
+
+
+def metric(text: str, name: str) -> float:
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def wait_http(url: str, proc: subprocess.Popen[bytes], limit_s: float = 90.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while True:
+        if proc.poll() is not None:
+            raise SystemExit(f"{proc.args!r} exited with {proc.returncode} before serving {url}")
+        try:
+            fetch(url)
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+# ------------------------------------------------------------------------------ the child
+def child(kind: str, state: Path, port: int, stats: Path) -> None:
+    """One daemon, as ``fleetd run`` runs it, over the replay or the simulator."""
+    import faulthandler
+
+    from fleetd.clock import SteadyClock
+    from fleetd.collect.amdsmi_backend import AmdSmiBackend
+    from fleetd.daemon import Daemon
+    from fleetd.gpu_wiring import BASELINE_FILE, SimContext
+    from fleetd.logs import configure_logging
+    from fleetd.replay_wiring import open_replay_backend, recording_config
+    from fleetd.sim import SimulatedAmdSmi, build_node
+    from fleetd.sim.replay import Recording
+
+    config = recording_config(state, port=port)
+    configure_logging(config.logging.format, config.logging.level)
+    clock = SteadyClock()
+    replay = None
+    sim = None
+    if kind == "replay":
+        recording = Recording.load(ROOT / "fleetd/data/replay/mi355x-healthy.json.gz")
+        state.mkdir(parents=True, exist_ok=True)
+        backend, replay = open_replay_backend(state, recording)
+    else:
+        meta = Recording.load(ROOT / "fleetd/data/replay/mi355x-healthy.json.gz").meta
+        node = build_node(str(meta["model"]), seed=int(meta["seed"]), clock=clock)
+        node.set_load(None, float(meta["load"]))
+        sysfs = node.attach_sysfs(state / "simulated-sysfs")
+        backend = AmdSmiBackend(
+            SimulatedAmdSmi(node), pci_root=sysfs, baseline_path=state / BASELINE_FILE
         )
-        proc = subprocess.Popen(
+        sim = SimContext(node, None)
+    daemon = Daemon(config, clock=clock, backend=backend, sim=sim)
+    sequence = 0
+
+    def write_stats(_signum: int, _frame: object) -> None:
+        nonlocal sequence
+        sequence += 1
+        figures: dict[str, Any] = {"seq": sequence}
+        if replay is not None:
+            figures |= {
+                "replay_cpu_s": replay.cpu_s,
+                "replay_calls": replay.calls,
+                "replay_misses": sum(replay.misses.values()),
+                "replay_missed_keys": sorted(replay.misses)[:5],
+            }
+        tmp = stats.with_name(stats.name + ".tmp")
+        tmp.write_text(json.dumps(figures))
+        os.replace(tmp, stats)
+
+    signal.signal(signal.SIGUSR1, write_stats)
+    daemon.install_signal_handlers()
+    faulthandler.enable()
+    try:
+        daemon.start()
+        daemon.run_until_stopped()
+    finally:
+        daemon.stop()
+
+
+class Child:
+    """A child daemon process and its URLs."""
+
+    def __init__(self, kind: str, tmp: Path) -> None:
+        self.kind = kind
+        self.port = free_port()
+        self.stats = tmp / f"{kind}.stats.json"
+        self.proc = subprocess.Popen(
             [
                 sys.executable,
-                "-m",
-                "fleetd",
-                "run",
-                "--config",
-                str(config),
-                "--simulate",
-                "healthy",
+                __file__,
+                "--child",
+                kind,
+                "--state",
+                str(tmp / kind),
+                "--port",
+                str(self.port),
+                "--stats",
+                str(self.stats),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
+        self.metrics_url = f"http://127.0.0.1:{self.port}/metrics"
+        self.status_url = f"http://127.0.0.1:{self.port}/api/v1/status"
+
+    def stats_now(self) -> dict[str, Any]:
+        """Ask the child for its replay figures (SIGUSR1) and read them."""
+        before = json.loads(self.stats.read_text())["seq"] if self.stats.exists() else 0
+        self.proc.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.stats.exists():
+                found: dict[str, Any] = json.loads(self.stats.read_text())
+                if found["seq"] > before:
+                    return found
+            time.sleep(0.02)
+        raise SystemExit(f"{self.kind} daemon wrote no stats")
+
+    def stop(self) -> None:
+        self.proc.terminate()
         try:
-            url = f"http://127.0.0.1:{port}/metrics"
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    urllib.request.urlopen(url, timeout=2).read()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.5)
-            time.sleep(WARMUP_S)
-            cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
-            scrapes = 0
-            while time.monotonic() - t0 < MEASURE_S:
-                urllib.request.urlopen(url, timeout=5).read()
-                scrapes += 1
-                time.sleep(5)
-            cpu1, t1 = cpu_seconds(proc.pid), time.monotonic()
-            text = urllib.request.urlopen(url, timeout=5).read().decode()
-            missed = next(
-                float(line.split()[-1])
-                for line in text.splitlines()
-                if line.startswith("fleetd_polls_missed_total ")
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def side_by_side(warmup_s: float, measure_s: float) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix="fleetd-bench-daemon-"))
+    exporter_port = free_port()
+    exporter = subprocess.Popen(
+        [NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{exporter_port}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    exporter_url = f"http://127.0.0.1:{exporter_port}/metrics"
+    daemons = [Child("replay", tmp), Child("simulator", tmp)]
+    try:
+        wait_http(exporter_url, exporter)
+        for d in daemons:
+            wait_http(d.metrics_url, d.proc)
+        time.sleep(warmup_s)
+        start: dict[str, Any] = {}
+        for d in daemons:
+            start[d.kind] = (
+                cpu_seconds(d.proc.pid),
+                d.stats_now(),
+                metric(fetch(d.metrics_url), "fleetd_polls_total"),
             )
-            result = {
-                "bench": "daemon",
-                "gpus": 8,
-                "poll_interval_s": 1.0,
-                "measure_s": round(t1 - t0, 1),
-                "cpu_percent_of_one_core": round(100 * (cpu1 - cpu0) / (t1 - t0), 2),
-                "rss_mb": round(rss_mb(proc.pid), 1),
-                "polls_missed": missed,
-                "metrics_scrapes": scrapes,
-                "note": "whole daemon incl. the simulator's own CPU, SQLite store, rules",
+        exporter_cpu0 = cpu_seconds(exporter.pid)
+        t0 = time.monotonic()
+        scrapes = 0
+        ne_text = ""
+        texts: dict[str, str] = {}
+        while True:
+            ne_text = fetch(exporter_url)
+            for d in daemons:
+                texts[d.kind] = fetch(d.metrics_url)
+                fetch(d.status_url)
+            scrapes += 1
+            next_at = t0 + scrapes * SCRAPE_S
+            if next_at - t0 > measure_s:
+                break
+            time.sleep(max(0.0, next_at - time.monotonic()))
+        elapsed = time.monotonic() - t0
+        exporter_cpu = cpu_seconds(exporter.pid) - exporter_cpu0
+        result: dict[str, Any] = {}
+        for d in daemons:
+            cpu0, stats0, polls0 = start[d.kind]
+            cpu = cpu_seconds(d.proc.pid) - cpu0
+            stats1 = d.stats_now()
+            text = fetch(d.metrics_url)
+            ticks = metric(text, "fleetd_polls_total") - polls0
+            figures: dict[str, Any] = {
+                "ticks": int(ticks),
+                "cpu_ms_per_tick": round(1000 * cpu / ticks, 2),
+                "cpu_percent_of_one_core": round(100 * cpu / elapsed, 2),
+                "rss_mb": round(rss_mb(d.proc.pid), 1),
+                "series": series(texts[d.kind]),
+                "polls_missed": metric(text, "fleetd_polls_missed_total"),
             }
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
-    print(json.dumps(result))
+            if d.kind == "replay":
+                replay_cpu = stats1["replay_cpu_s"] - stats0["replay_cpu_s"]
+                figures["replay_cpu_ms_per_tick"] = round(1000 * replay_cpu / ticks, 3)
+                figures["own_cpu_ms_per_tick"] = round(1000 * (cpu - replay_cpu) / ticks, 2)
+                figures["replay_misses"] = stats1["replay_misses"]
+                if stats1["replay_missed_keys"]:
+                    figures["replay_missed_keys"] = stats1["replay_missed_keys"]
+            result[d.kind] = figures
+        ne = {
+            "scrapes": scrapes,
+            "cpu_ms_per_scrape": round(1000 * exporter_cpu / scrapes, 2),
+            "series": series(ne_text),
+            "rss_mb": round(rss_mb(exporter.pid), 1),
+        }
+        own = result["replay"]["own_cpu_ms_per_tick"]
+        own_per_series = own / result["replay"]["series"]
+        ne_per_series = ne["cpu_ms_per_scrape"] / ne["series"]
+        return {
+            "bench": "daemon",
+            "gpus": GPUS,
+            "poll_interval_s": 1.0,
+            "scrape_interval_s": SCRAPE_S,
+            "measure_s": round(elapsed, 1),
+            "replay": result["replay"],
+            "simulator": result["simulator"],
+            "node_exporter": ne,
+            "own_cpu_per_tick_over_node_exporter_cpu_per_scrape": round(
+                own / ne["cpu_ms_per_scrape"], 2
+            ),
+            "per_series_ratio": round(own_per_series / ne_per_series, 3),
+            "note": "replay.own_cpu_ms_per_tick = the replay daemon's process CPU per 1 s tick "
+            "(poll, rules, store, alerts, remediation, events, HTTP: /metrics and "
+            "/api/v1/status every 5 s) less the replay's own CPU; simulator.cpu_ms_per_tick "
+            "includes the simulator; node_exporter scraped every 5 s in the same window",
+        }
+    finally:
+        for d in daemons:
+            d.stop()
+        exporter.terminate()
+        exporter.wait(timeout=30)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------ footprint
+def footprint(ticks: int, every: int) -> dict[str, Any]:
+    """RSS of a replay daemon ticked by hand ``ticks`` times on a fake clock."""
+    import psutil
+
+    from fleetd.clock import FakeClock
+    from fleetd.daemon import Daemon as FleetDaemon
+    from fleetd.logs import configure_logging
+    from fleetd.replay_wiring import DEFAULT_RECORDING, open_replay_backend, recording_config
+
+    configure_logging("json", "warning", stream=sys.stderr)
+    tmp = Path(tempfile.mkdtemp(prefix="fleetd-bench-footprint-"))
+    process = psutil.Process()
+    backend, replay = open_replay_backend(tmp, DEFAULT_RECORDING)
+    clock = FakeClock()
+    daemon = FleetDaemon(
+        recording_config(tmp), clock=clock, backend=backend, schedule_jobs=False
+    )
+    samples: list[tuple[int, float]] = []
+    cpu0 = time.process_time()
+    daemon.start()
+    try:
+        assert daemon.http is not None
+        url = f"http://127.0.0.1:{daemon.http.port}/metrics"
+        for tick in range(1, ticks + 1):
+            clock.advance(1.0)
+            daemon.tick()
+            daemon.deliver()
+            daemon.remediate()
+            if tick % int(SCRAPE_S) == 0:
+                daemon.maintain()
+                fetch(url)
+            if tick % every == 0 or tick == ticks:
+                gc.collect()
+                samples.append((tick, round(process.memory_info().rss / 2**20, 2)))
+                print(json.dumps({"tick": tick, "rss_mb": samples[-1][1]}), file=sys.stderr)
+    finally:
+        daemon.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    cpu = time.process_time() - cpu0
+    retention_ticks = int(daemon.config.store.memory_retention)
+    settled = [s for s in samples if s[0] >= retention_ticks] or samples
+    return {
+        "bench": "daemon_footprint",
+        "ticks": ticks,
+        "rss_mb_by_tick": dict((str(t), r) for t, r in samples),
+        "rss_growth_mb": round(samples[-1][1] - samples[0][1], 2),
+        "rss_growth_mb_after_memory_window_full": round(settled[-1][1] - settled[0][1], 2),
+        "memory_retention_s": daemon.config.store.memory_retention,
+        "cpu_ms_per_tick": round(1000 * cpu / ticks, 2),
+        "replay_misses": sum(replay.misses.values()),
+        "note": "replay daemon ticked by hand on a fake clock (1 s per tick; deliver, "
+        "remediate every tick; store maintenance, rediscovery and a /metrics fetch every 5); "
+        "RSS after gc.collect() at each sample",
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--warmup", type=float, default=15.0, help="seconds before measuring")
+    parser.add_argument("--measure", type=float, default=45.0, help="measuring window, seconds")
+    parser.add_argument(
+        "--footprint-ticks", type=int, default=0, help="instead: RSS over N hand-driven ticks"
+    )
+    parser.add_argument("--sample-every", type=int, default=10_000)
+    parser.add_argument("--child", choices=["replay", "simulator"], help=argparse.SUPPRESS)
+    parser.add_argument("--state", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--stats", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.state, args.port, args.stats)
+        return
+    if args.footprint_ticks:
+        print(json.dumps(footprint(args.footprint_ticks, args.sample_every)))
+        return
+    if not Path(NODE_EXPORTER).exists():
+        raise SystemExit(f"{NODE_EXPORTER} not found (apt-get install prometheus-node-exporter)")
+    print(json.dumps(side_by_side(args.warmup, args.measure)))
 
 
 if __name__ == "__main__":
+    threading.current_thread().name = "bench"
     main()

@@ -7,15 +7,17 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fleetd.clock import Clock
 from fleetd.collect.amdsmi_backend import AmdSmiBackend, load_amdsmi
 from fleetd.collect.identities import LEDGER_FILE, IdentityLedger
 from fleetd.config import FleetdConfig
 from fleetd.logs import get_logger
-from fleetd.sim import ScenarioRunner, SimNode, SimulatedAmdSmi, build_node, load_scenario
-from fleetd.sim.scenario import apply_partition
 from fleetd.store.resilient import ResilientStore
+
+if TYPE_CHECKING:  # the simulator is imported only by a daemon that runs it (footprint)
+    from fleetd.sim import ScenarioRunner, SimNode
 
 log = get_logger("daemon")
 
@@ -44,6 +46,9 @@ def open_backend(config: FleetdConfig, clock: Clock) -> tuple[AmdSmiBackend, Sim
             load_amdsmi(), allow_unsafe_library=allow, pci_root=Path("/"), baseline_path=baselines
         )
         return real, None
+    from fleetd.sim import ScenarioRunner, SimulatedAmdSmi, build_node, load_scenario
+    from fleetd.sim.scenario import apply_partition
+
     scenario = load_scenario(settings.scenario) if settings.scenario else None
     model = scenario.model if scenario is not None else settings.simulated_model
     seed = scenario.seed if scenario is not None and settings.seed == 0 else settings.seed

@@ -10,7 +10,26 @@ import logging
 import sys
 from typing import Any, Literal, TextIO
 
-import structlog
+
+def _import_structlog_without_rich() -> Any:
+    """structlog imports rich (and pygments) at import time, only to pretty-print exceptions
+    in its console renderer: ~3 MB of a node daemon's RSS that JSON logging never uses
+    (docs/performance.md, footprint). Import it with rich hidden; the console renderer then
+    prints plain tracebacks, and fleetd's own CLI still imports rich when it draws."""
+    if "structlog" in sys.modules or "rich" in sys.modules:
+        import structlog as loaded
+
+        return loaded
+    sys.modules["rich"] = None  # type: ignore[assignment]  # makes `import rich` fail
+    try:
+        import structlog as loaded
+    finally:
+        if sys.modules.get("rich", ...) is None:
+            del sys.modules["rich"]
+    return loaded
+
+
+structlog = _import_structlog_without_rich()
 
 LogFormat = Literal["json", "console"]
 

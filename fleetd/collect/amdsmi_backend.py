@@ -177,6 +177,12 @@ def _first_line(text: str) -> str:
     return ""
 
 
+# _fresh: a remembered ReadError is raised again with its traceback cleared. Raising an
+# exception object again appends the new frames to the traceback it carries, so one raised
+# every poll kept every poll's frames — and through them each poll's job and readings — alive
+# (the daemon's RSS grew ~0.2 MB per tick; docs/performance.md, footprint).
+
+
 class _NotSupported:
     """A remembered NOT_SUPPORTED answer in the static cache."""
 
@@ -248,7 +254,7 @@ class AmdSmiGpu:
         cached = self._static.get(key, _MISSING)
         if cached is not _MISSING:
             if isinstance(cached, _NotSupported):
-                raise cached.error
+                raise cached.error.with_traceback(None)  # see _fresh
             return cached  # type: ignore[no-any-return]
         try:
             value = read()
@@ -262,7 +268,7 @@ class AmdSmiGpu:
     def feature(self, key: str, read: Callable[[], T]) -> T:
         known = self._unsupported.get(key)
         if known is not None:  # even while the GPU is gone: it was never a series
-            raise known
+            raise known.with_traceback(None)  # see _fresh
         if self._handle is None:
             raise ReadError(REASON_GPU_MISSING, self._identity.bdf)
         try:
@@ -288,7 +294,7 @@ class AmdSmiGpu:
         entry = self._poll.get(key)
         if entry is not None and entry[0] == now:
             if entry[2] is not None:
-                raise entry[2]
+                raise entry[2].with_traceback(None)  # see _fresh
             return entry[1]  # type: ignore[no-any-return]
         try:
             value = read()
