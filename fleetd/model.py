@@ -131,10 +131,31 @@ class GpuIdentity:
             return self.bdf
         return self.bdf.rsplit(".", 1)[0] + ".0"
 
+    _labels: Labels = field(init=False, repr=False, compare=False)
+    _with: dict[Labels, Labels] = field(
+        init=False, repr=False, compare=False, default_factory=dict
+    )
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_labels", self._make_labels())
+
     @property
     def labels(self) -> Labels:
         """The labels every per-GPU series carries (plus AMD device-metrics-exporter's
-        partition labels on a partitioned GPU, so an SPX node's series keep their names)."""
+        partition labels on a partitioned GPU, so an SPX node's series keep their names);
+        built once, as every reading of every poll uses them."""
+        return self._labels
+
+    def labels_with(self, extra: Labels) -> Labels:
+        """``labels`` plus ``extra`` (name-sorted pairs), built once per GPU and label set."""
+        if not extra:
+            return self._labels
+        labels = self._with.get(extra)
+        if labels is None:
+            labels = self._with[extra] = tuple(sorted(self._labels + extra))
+        return labels
+
+    def _make_labels(self) -> Labels:
         if self.partitioned:
             return make_labels(
                 {

@@ -385,7 +385,10 @@ class AmdSmiGpu:
         """VRAM in use from amdgpu's ``mem_info_vram_used`` (bytes), or None where it cannot
         be read. The same number amdsmi reports, without amdsmi's fallback that opens
         /dev/kfd in this process and leaves fleetd a KFD client for life on ROCm < 7.12
-        (ROCm/ROCm#4411)."""
+        (ROCm/ROCm#4411). Only partition 0 of a partitioned GPU is a PCI device with the
+        file (the others are ``amdgpu_xcp`` platform devices): they are not looked for."""
+        if not self._identity.primary:
+            return None
         text = self._backend.device_file(self._identity.bdf, "mem_info_vram_used")
         if text is None or not text.isdigit():
             return None
@@ -455,6 +458,7 @@ class AmdSmiBackend:
         """Every amdsmi call made through this backend, counted by function (the cost model)."""
         self.amdsmi: Any = self.meter
         self._pci_root = pci_root
+        self._device_dirs: dict[str, str] = {}
         self._baseline_path = baseline_path
         self._baselines: dict[str, dict[str, Any]] = self._load_baselines()
         self._baseline_lock = threading.Lock()
@@ -699,8 +703,12 @@ class AmdSmiBackend:
         """A file of the GPU's PCI device in sysfs, stripped (None: no root, or unreadable)."""
         if self._pci_root is None:
             return None
+        directory = self._device_dirs.get(bdf)
+        if directory is None:  # read every poll: the path is joined once
+            directory = self._device_dirs[bdf] = os.path.join(self._pci_root, PCI_DEVICES, bdf)
         try:
-            return (self._pci_root / PCI_DEVICES / bdf / name).read_text().strip()
+            with open(os.path.join(directory, name), encoding="utf-8") as f:
+                return f.read().strip()
         except (OSError, UnicodeDecodeError):
             return None
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -9,7 +11,7 @@ import pytest
 from fleetd.clock import FakeClock
 from fleetd.model import Snapshot
 
-from .conftest import make_rig
+from .conftest import find, make_rig
 
 BOARD_METRICS = {
     "fleetd_gpu_power_watts",
@@ -81,5 +83,63 @@ def test_a_reset_of_a_secondary_partition_goes_through_partition_0(clock: FakeCl
         rig.backend.reset_gpu(5)  # GPU 2's partition 1
         (record,) = rig.node.resets
         assert record.initiator == 2
+    finally:
+        rig.close()
+
+
+def test_secondaries_publish_no_self_metrics_for_collectors_that_do_not_apply(
+    clock: FakeClock,
+) -> None:
+    rig = make_rig(clock, model="MI300X", compute_partition="QPX")
+    try:
+        snap = rig.poll()
+
+        def collectors_of(gpu: int) -> set[str]:
+            return {
+                dict(r.labels)["collector"]
+                for r in snap.readings
+                if r.metric == "fleetd_gpu_readings_missing" and dict(r.labels)["gpu"] == str(gpu)
+            }
+
+        board = {"temperature", "power", "ecc", "pcie", "xgmi", "throttle"}
+        assert board <= collectors_of(0)  # partition 0 of physical GPU 0
+        assert collectors_of(1) == {"identity", "usage", "processes"}
+        # the node-wide self-metric of a board-level collector counts partition 0s only
+        assert all(c.success for c in snap.collectors), snap.collectors
+    finally:
+        rig.close()
+
+
+def test_a_hung_call_holds_its_physical_gpu_s_partitions_and_no_other(clock: FakeClock) -> None:
+    """The partitions of a physical GPU share one worker: a call hung on partition 0 leaves
+    its siblings unpolled (timeout), every other GPU's partitions are complete, and no
+    thread is started while it hangs."""
+    timeout = 1.0
+    rig = make_rig(clock, model="MI300X", compute_partition="CPX", gpu_timeout=timeout)
+    try:
+        rig.poll()
+        rig.node.inject(3, "hung_call", function="amdsmi_get_gpu_activity")
+        threads_before = set(threading.enumerate())
+        started = time.monotonic()
+        hung = rig.poll()
+        assert time.monotonic() - started < timeout + 1.0
+        held = set(range(24, 32))  # physical GPU 3's eight partitions
+        for status in hung.gpus:
+            assert status.responsive is (status.gpu.index not in held), status
+        assert "usage" in (hung.gpus[24].error or "")
+        assert "on 0000:" in (hung.gpus[25].error or "")  # held by a sibling's call
+        # partition 0's collectors before the hung one kept their readings
+        assert find(hung, "fleetd_gpu_power_watts", 24).value is not None
+        assert find(hung, "fleetd_gpu_utilization_ratio", 25, engine="gfx").reason == "timeout"
+        again = rig.poll()
+        assert all("still running" in (again.gpus[i].error or "") for i in held)
+        assert set(threading.enumerate()) - threads_before == set()
+        rig.node.release_hangs()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            recovered = rig.poll()
+            if all(s.responsive for s in recovered.gpus):
+                break
+        assert all(s.responsive for s in recovered.gpus)
     finally:
         rig.close()
