@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from fleetd.clock import FakeClock
+from fleetd.collect.amdsmi_backend import AmdSmiBackend
 from fleetd.model import Snapshot
+from fleetd.sim import SimulatedAmdSmi, build_node
 
 from .conftest import find, make_rig
 
@@ -143,3 +145,62 @@ def test_a_hung_call_holds_its_physical_gpu_s_partitions_and_no_other(clock: Fak
         assert all(s.responsive for s in recovered.gpus)
     finally:
         rig.close()
+
+
+def _backend(
+    clock: FakeClock, compute: str, *, partition_unread: int | None = None
+) -> AmdSmiBackend:
+    """An MI300X node whose GPUs are in no XGMI hive (as PCIe cards are), optionally with the
+    partition-mode calls of one physical GPU answering NOT_SUPPORTED."""
+    node = build_node("MI300X", seed=7, clock=clock, compute_partition=compute)
+    for gpu in range(8):
+        node.inject(gpu, "unsupported_fields", fields=["amdsmi_get_xgmi_info.xgmi_hive_id"])
+    if partition_unread is not None:
+        node.inject(
+            partition_unread,
+            "unsupported_fields",
+            calls=["amdsmi_get_gpu_compute_partition", "amdsmi_get_gpu_memory_partition"],
+        )
+    return AmdSmiBackend(SimulatedAmdSmi(node))
+
+
+def test_without_a_hive_the_reset_unit_is_the_physical_gpu_with_all_its_partitions(
+    clock: FakeClock,
+) -> None:
+    backend = _backend(clock, "CPX")
+    try:
+        assert all(g.hive_id is None for g in backend.gpus())
+        assert backend.reset_unit(26) == list(range(24, 32))  # physical GPU 3's partitions
+        assert backend.reset_unit_note(26) is None
+    finally:
+        backend.close()
+
+
+def test_an_unreadable_partition_mode_makes_the_reset_unit_the_whole_node(
+    clock: FakeClock,
+) -> None:
+    """Physical GPU 3's eight devices look unpartitioned, but share a serial and a PCI device:
+    they may be partitions, so the unit fails safe to the whole node."""
+    backend = _backend(clock, "CPX", partition_unread=3)
+    try:
+        unread = [g for g in backend.gpus() if g.compute_partition is None]
+        assert [g.index for g in unread] == list(range(24, 32))
+        assert backend.reset_unit(26) == list(range(64))
+        assert backend.reset_unit(0) == list(range(64))
+        note = backend.reset_unit_note(26) or ""
+        assert "partition mode unreadable for GPU 24, 25" in note and "whole node" in note
+    finally:
+        backend.close()
+
+
+def test_an_unreadable_partition_mode_on_a_gpu_alone_on_its_pci_device_is_its_own_unit(
+    clock: FakeClock,
+) -> None:
+    """Topology proves it: nothing else has its serial or its PCI device."""
+    backend = _backend(clock, "SPX", partition_unread=2)
+    try:
+        assert backend.gpus()[2].compute_partition is None
+        assert backend.reset_unit(2) == [2]
+        assert backend.reset_unit_note(2) is None
+    finally:
+        backend.close()
