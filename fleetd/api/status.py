@@ -31,6 +31,7 @@ from fleetd.remedy.service import HeldGpus, RemediationStatus
 from fleetd.rules.health import (
     NodeHealth,
     ServiceMap,
+    inherited,
     out_of_service,
     serve,
     with_service,
@@ -239,6 +240,7 @@ def _worst_view(members: Sequence[Json], head: Json) -> Json:
             for m in members
             if m["health"]["state"] != HealthState.HEALTHY.value
             for reason in (m["health"]["reasons"] or [m["health"]["state"]])
+            if not inherited(reason)  # said once, by partition 0
         ],
         "rules_state": worst(HealthState(v["rules_state"]) for v in verdicts).value,
         "out_of_service": head["out_of_service"],

@@ -61,6 +61,8 @@ if TYPE_CHECKING:  # remediation's types, read by structure only: no import at r
 
 GPU_UP_METRIC = "fleetd_gpu_up"
 GPU_INFO_METRIC = "fleetd_gpu_info"
+BOARD_REASON = "physical GPU (partition 0, gpu {gpu}): "
+"""How a secondary partition's reason that is its physical GPU's (partition 0's) begins."""
 HEALTH_METRIC = "fleetd_gpu_health"
 IN_SERVICE = "in_service"
 SERVICE_STATES = (IN_SERVICE, *(r.value for r in ServiceReason))
@@ -143,6 +145,11 @@ class PhysicalHealth:
     health: Health
 
 
+def inherited(reason: str) -> bool:
+    """Whether ``reason`` is a partition's copy of its physical GPU's (``BOARD_REASON``)."""
+    return reason.startswith("physical GPU (partition 0, gpu ")
+
+
 def worst(states: Iterable[HealthState]) -> HealthState:
     """The worst of ``states`` (healthy < out_of_service < degraded < unknown < unhealthy);
     unknown when there are none."""
@@ -168,6 +175,7 @@ def physical_gpus(report: NodeHealth) -> list[PhysicalHealth]:
                 for m in members
                 if m.health.state != HealthState.HEALTHY
                 for reason in (m.health.reasons or (m.health.state.value,))
+                if not inherited(reason)  # said once, by partition 0
             )
             verdict = Health(worst.health.state, age, reasons)
         out.append(PhysicalHealth(gpu, tuple(m.gpu for m in members), verdict))
@@ -430,7 +438,7 @@ def _with_board(verdict: Health, primary: str | None, own: Mapping[str, Health])
     if board is None or _RANK[board.state] <= _RANK[verdict.state]:
         return verdict
     reasons = tuple(
-        f"physical GPU (partition 0, gpu {primary}): {reason}"
+        BOARD_REASON.format(gpu=primary) + reason
         for reason in (board.reasons or (board.state.value,))
     )
     return Health(board.state, verdict.data_age_s, (*reasons, *verdict.reasons))

@@ -71,6 +71,7 @@ def test_a_board_fault_on_partition_0_makes_every_partition_of_its_gpu_unhealthy
         ("0", ("0", "1", "2", "3"), H),
         ("4", ("4", "5", "6", "7"), U),
     ]
+    assert rolled[1].health.reasons == ("partition gpu 4: GpuEccUncorrectableError (critical)",)
 
 
 def test_a_partition_s_own_problem_rolls_up_but_does_not_spread_to_its_siblings() -> None:
