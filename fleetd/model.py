@@ -118,6 +118,9 @@ class GpuIdentity:
     def primary(self) -> bool:
         """Whether board-level data (power, temperatures, PCIe, RAS, the reset) lives here:
         partition 0, or an unpartitioned GPU (or one whose partition is unreadable)."""
+        return self._primary
+
+    def _is_primary(self) -> bool:
         if not self.partitioned:
             return True
         if self.partition_id is not None:
@@ -135,9 +138,11 @@ class GpuIdentity:
     _with: dict[Labels, Labels] = field(
         init=False, repr=False, compare=False, default_factory=dict
     )
+    _primary: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_labels", self._make_labels())
+        object.__setattr__(self, "_primary", self._is_primary())
 
     @property
     def labels(self) -> Labels:

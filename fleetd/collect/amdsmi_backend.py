@@ -754,10 +754,20 @@ class AmdSmiBackend:
         self._left_pci_bus(gpu)
 
     def check_presence(self) -> list[int]:
-        """Look for every present GPU's PCI device in sysfs; indices of those that left."""
+        """Look for every present GPU's PCI device in sysfs; indices of those that left.
+
+        Only partition 0 of a partitioned GPU is a PCI device (the others are ``amdgpu_xcp``
+        platform devices, not looked for): when it leaves, its other partitions go with it."""
         with self._lock:
             gpus = list(self._gpus)
-        return [g.identity.index for g in gpus if self._left_pci_bus(g)]
+        left = [g for g in gpus if self._left_pci_bus(g)]
+        gone = {_physical_key(g.identity) for g in left if g.identity.partitioned}
+        for gpu in gpus if gone else ():
+            handle = gpu.handle
+            if handle is not None and _physical_key(gpu.identity) in gone and gpu not in left:
+                gpu._lost(handle, "its physical GPU left the PCI bus (sysfs)")
+                left.append(gpu)
+        return [g.identity.index for g in left]
 
     # --- what the poller and remediation call -----------------------------------------------
     def sources(self) -> list[AmdSmiGpu]:

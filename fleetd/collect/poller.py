@@ -176,8 +176,9 @@ class Poller:
         self._timeout = gpu_timeout
         self._timer = timer
         self._workers: dict[str, _Worker] = {}  # by physical GPU (partition 0's BDF)
-        # last series each collector produced per GPU: what to report missing next time
-        self._templates: dict[tuple[str, str], tuple[tuple[str, Labels], ...]] = {}
+        # last readings each collector produced per GPU: their series are what to report
+        # missing next time (kept as they came: a poll copies nothing)
+        self._templates: dict[tuple[str, str], Sequence[Reading]] = {}
         # the labels of each GPU's per-collector series, built once per identity
         self._collector_labels: dict[tuple[str, str], tuple[Labels, Labels]] = {}
 
@@ -280,7 +281,7 @@ class Poller:
                 got = outcome.readings
                 per_collector[name].append((outcome.duration_s, outcome.error))
                 if outcome.error is None:
-                    self._templates[(bdf, name)] = tuple((r.metric, r.labels) for r in got)
+                    self._templates[(bdf, name)] = got
             missing = 0
             for r in got:
                 if r.value is None:
@@ -339,7 +340,7 @@ class Poller:
         self, identity: GpuIdentity, collector: str, now: float, reason: str
     ) -> list[Reading]:
         template = self._templates.get((identity.bdf, collector), ())
-        return [Reading(metric, labels, None, now, reason) for metric, labels in template]
+        return [Reading(r.metric, r.labels, None, now, reason) for r in template]
 
     def _gpu_readings(
         self, identity: GpuIdentity, now: float, up: bool, missing_by: dict[str, int]

@@ -204,3 +204,18 @@ def test_an_unreadable_partition_mode_on_a_gpu_alone_on_its_pci_device_is_its_ow
         assert backend.reset_unit_note(2) is None
     finally:
         backend.close()
+
+
+def test_a_physical_gpu_off_the_bus_takes_all_its_partitions_with_it(
+    clock: FakeClock, tmp_path: Path
+) -> None:
+    rig = make_rig(clock, model="MI300X", compute_partition="QPX", sysfs=tmp_path)
+    try:
+        rig.poll()
+        rig.node.inject(2, "gpu_off_bus")
+        snap = rig.poll()
+        gone = {s.gpu.index for s in snap.gpus if not s.present}
+        assert gone == set(range(8, 12)), gone  # physical GPU 2's four partitions
+        assert find(snap, "fleetd_gpu_utilization_ratio", 9, engine="gfx").reason == "gpu_missing"
+    finally:
+        rig.close()
