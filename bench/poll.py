@@ -72,6 +72,7 @@ class TimedModule:
             return target
         wrapped = self._timed(target)
         self._wrapped[name] = wrapped
+        self.__dict__[name] = wrapped  # plain lookup from now on (no AttributeError per call)
         return wrapped
 
     def _timed(self, fn: Callable[..., Any]) -> Callable[..., Any]:
