@@ -26,6 +26,7 @@ from fleetd.model import GpuIdentity, Reading, Snapshot, make_labels
 from fleetd.remedy.holders import DEFAULT_MONITORING_AGENTS, KfdInspector, judge
 from fleetd.rules.coverage import BlindSpot, InputCoverage
 from fleetd.rules.loader import RuleSet
+from fleetd.vllm.config import VllmWorkerConfig
 
 _log = get_logger("daemon")
 
@@ -170,8 +171,12 @@ def check_rules(blind: Sequence[BlindSpot], total: int) -> Check:
     )
 
 
-def check_partitions(modes: Sequence[tuple[int, str | None, str | None]]) -> Check:
-    """Compute and memory partition mode per GPU ((index, compute, memory); None: unread)."""
+def check_partitions(
+    modes: Sequence[tuple[int, str | None, str | None]],
+    gpus: Sequence[GpuIdentity] = (),
+) -> Check:
+    """Compute and memory partition mode per GPU ((index, compute, memory); None: unread);
+    with the identities, the layout: each physical GPU and the logical devices it is."""
     items = tuple(f"GPU {i}: {c or 'unknown'}/{m or 'unknown'}" for i, c, m in modes)
     unread = [i for i, c, _ in modes if c is None]
     if unread:
@@ -181,7 +186,86 @@ def check_partitions(modes: Sequence[tuple[int, str | None, str | None]]) -> Che
             "partition mode unreadable: fleetd assumes SPX (one device per GPU)",
             items,
         )
+    physical = _physical_layout(gpus)
+    if any(len(members) > 1 for members in physical.values()):
+        by_index = {i: (c, m) for i, c, m in modes}
+        bdf = {g.index: g.bdf for g in gpus}
+        items = tuple(
+            f"physical GPU {n} ({bdf[members[0]]}): GPU {_span(members)}, "
+            + "+".join(mode or "unknown" for mode in by_index.get(members[0], (None, None)))
+            for n, members in enumerate(physical.values())
+        )
+        return Check(
+            "partitions",
+            "ok",
+            f"{len(physical)} physical GPUs partitioned into {len(gpus)} logical devices",
+            items,
+        )
     return Check("partitions", "ok", "partition modes read", items)
+
+
+def _physical_layout(gpus: Sequence[GpuIdentity]) -> dict[tuple[str, str | None], list[int]]:
+    """Logical device indices by physical GPU (partition 0's BDF and the serial), in order."""
+    out: dict[tuple[str, str | None], list[int]] = {}
+    for gpu in sorted(gpus, key=lambda g: g.index):
+        out.setdefault((gpu.physical_bdf, gpu.serial), []).append(gpu.index)
+    return out
+
+
+def _span(indices: Sequence[int]) -> str:
+    """``24-31`` for a run of indices, else ``1, 4``."""
+    ordered = sorted(indices)
+    if len(ordered) > 2 and ordered == list(range(ordered[0], ordered[-1] + 1)):
+        return f"{ordered[0]}-{ordered[-1]}"
+    return ", ".join(str(i) for i in ordered)
+
+
+def check_workers(gpus: Sequence[GpuIdentity], workers: Sequence[VllmWorkerConfig]) -> Check:
+    """Whether the configured vLLM workers cover every GPU — every partition, on a
+    partitioned node — and claim none the node does not have (a config written for another
+    partition mode: 64 CPX partitions on a node that came back in SPX, or the reverse)."""
+    if not workers:
+        return Check("workers", "ok", "no vLLM workers configured: coverage not checked")
+    present = {g.index for g in gpus}
+    claimed: dict[int, str] = {}
+    for worker in workers:
+        for index in worker.gpus:
+            claimed.setdefault(index, worker.name)
+    uncovered = sorted(present - claimed.keys())
+    absent = sorted(claimed.keys() - present)
+    physical = _physical_layout(gpus)
+    partitioned = any(len(members) > 1 for members in physical.values())
+    unit = "partition" if partitioned else "GPU"
+    items: list[str] = []
+    if uncovered:
+        items.append(f"no worker on {unit} {_span(uncovered)}")
+    if absent:
+        names = list(dict.fromkeys(claimed[i] for i in absent))
+        items.append(
+            f"worker {names[0]} claims GPU {_span(absent)}, which this node does not have"
+            if len(names) == 1
+            else f"workers {', '.join(names)} claim GPU {_span(absent)}, which this node "
+            "does not have"
+        )
+    if partitioned:
+        for n, members in enumerate(physical.values()):
+            names = list(dict.fromkeys(claimed[i] for i in members if i in claimed))
+            items.append(
+                f"physical GPU {n} (GPU {_span(members)}): "
+                f"{len(names)} worker(s){': ' + ', '.join(names) if names else ''}"
+            )
+    served = len(present) - len(uncovered)
+    if uncovered or absent:
+        return Check(
+            "workers",
+            "warn",
+            f"the workers cover {served} of {len(present)} {unit}s"
+            + (f"; {len(absent)} claimed {unit}(s) absent" if absent else ""),
+            tuple(items),
+        )
+    return Check(
+        "workers", "ok", f"the workers cover every one of {len(present)} {unit}s", tuple(items)
+    )
 
 
 # --------------------------------------------------------------------------------- rendering
@@ -212,12 +296,18 @@ def run_checks(
     partitions: Sequence[tuple[int, str | None, str | None]],
     host_checks: bool = True,
     unknown_hive: Sequence[int] | None = None,
+    workers: Sequence[VllmWorkerConfig] = (),
 ) -> list[Check]:
     """Every check, in the order an operator reads them."""
     checks = [check_root(euid, resets=resets)] if host_checks else []
     if host_checks:
         checks.append(check_debugfs(root, gpus))
-    checks += [check_hive(gpus, unknown_hive), check_partitions(partitions), check_library(abi)]
+    checks += [
+        check_hive(gpus, unknown_hive),
+        check_partitions(partitions, gpus),
+        check_workers(gpus, workers),
+        check_library(abi),
+    ]
     try:
         checks.append(check_holders(kfd(), own_pid, inspector=KfdInspector(root)))
     except Exception as exc:
@@ -293,6 +383,7 @@ def node_checks(
         partitions=partition_modes(backend),
         host_checks=host_checks,
         unknown_hive=[g.identity.index for g in backend.sources() if g.hive_unknown],
+        workers=config.vllm.workers,
     )
     if not snapshots:
         checks[-1] = Check("rules", "warn", "not polled (unsafe library): rules not judged")

@@ -118,6 +118,9 @@ class GpuIdentity:
     def primary(self) -> bool:
         """Whether board-level data (power, temperatures, PCIe, RAS, the reset) lives here:
         partition 0, or an unpartitioned GPU (or one whose partition is unreadable)."""
+        return self._primary
+
+    def _is_primary(self) -> bool:
         if not self.partitioned:
             return True
         if self.partition_id is not None:
@@ -131,10 +134,33 @@ class GpuIdentity:
             return self.bdf
         return self.bdf.rsplit(".", 1)[0] + ".0"
 
+    _labels: Labels = field(init=False, repr=False, compare=False)
+    _with: dict[Labels, Labels] = field(
+        init=False, repr=False, compare=False, default_factory=dict
+    )
+    _primary: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_labels", self._make_labels())
+        object.__setattr__(self, "_primary", self._is_primary())
+
     @property
     def labels(self) -> Labels:
         """The labels every per-GPU series carries (plus AMD device-metrics-exporter's
-        partition labels on a partitioned GPU, so an SPX node's series keep their names)."""
+        partition labels on a partitioned GPU, so an SPX node's series keep their names);
+        built once, as every reading of every poll uses them."""
+        return self._labels
+
+    def labels_with(self, extra: Labels) -> Labels:
+        """``labels`` plus ``extra`` (name-sorted pairs), built once per GPU and label set."""
+        if not extra:
+            return self._labels
+        labels = self._with.get(extra)
+        if labels is None:
+            labels = self._with[extra] = tuple(sorted(self._labels + extra))
+        return labels
+
+    def _make_labels(self) -> Labels:
         if self.partitioned:
             return make_labels(
                 {

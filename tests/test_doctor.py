@@ -18,12 +18,14 @@ from fleetd.doctor import (
     check_root,
     check_rules,
     check_state_dir,
+    check_workers,
     exit_code,
     render_text,
 )
 from fleetd.model import GpuIdentity
 from fleetd.remedy.holders import KfdInspector
 from fleetd.rules.coverage import BlindSpot
+from fleetd.vllm.config import VllmWorkerConfig
 
 
 def gpu(index: int, hive: str | None = "0x5fbe") -> GpuIdentity:
@@ -155,3 +157,74 @@ def test_doctor_refuses_nothing_but_reports_an_unsafe_library(tmp_path: Path) ->
     assert result.returncode == 2, result.stdout + result.stderr
     assert "FAIL  amdsmi" in result.stdout and "176 bytes" in result.stdout
     assert "not polled (unsafe library)" in result.stdout
+
+
+def partition(physical: int, part: int, per_gpu: int = 4) -> GpuIdentity:
+    return GpuIdentity(
+        index=physical * per_gpu + part,
+        uuid=f"u{physical}.{part}",
+        bdf=f"0000:{0x10 * (physical + 1):02x}:00.{part}",
+        serial=f"SN{physical}",
+        partition_id=part,
+        compute_partition="QPX",
+        memory_partition="NPS1",
+    )
+
+
+def worker(name: str, *gpus: int) -> VllmWorkerConfig:
+    return VllmWorkerConfig(name=name, url="http://127.0.0.1:8000", gpus=list(gpus))
+
+
+def test_workers_covering_every_partition_are_ok_with_the_layout_per_physical_gpu() -> None:
+    gpus = [partition(p, i) for p in range(2) for i in range(4)]
+    found = check_workers(gpus, [worker("a", 0, 1), worker("b", 2, 3), worker("c", 4, 5, 6, 7)])
+    assert found.status == "ok", found
+    assert found.detail == "the workers cover every one of 8 partitions"
+    assert found.items == (
+        "physical GPU 0 (GPU 0-3): 2 worker(s): a, b",
+        "physical GPU 1 (GPU 4-7): 1 worker(s): c",
+    )
+
+
+def test_a_partition_without_a_worker_or_a_claim_of_an_absent_one_warns() -> None:
+    gpus = [partition(p, i) for p in range(2) for i in range(4)]
+    found = check_workers(gpus, [worker("a", 0, 1, 2, 3), worker("b", 4, 5), worker("z", 9)])
+    assert found.status == "warn"
+    assert found.detail == "the workers cover 6 of 8 partitions; 1 claimed partition(s) absent"
+    assert found.items[:2] == (
+        "no worker on partition 6, 7",
+        "worker z claims GPU 9, which this node does not have",
+    )
+    # an unpartitioned node speaks of GPUs; no workers at all is not judged
+    spx = check_workers([gpu(i) for i in range(2)], [worker("a", 0)])
+    assert spx.status == "warn" and spx.items == ("no worker on GPU 1",)
+    assert check_workers([gpu(0)], []).status == "ok"
+
+
+def test_doctor_on_a_cpx_node_reports_the_layout_and_the_workers_coverage(
+    tmp_path: Path,
+) -> None:
+    """A config written for 62 of the 64 partitions, and one worker for a GPU index the node
+    does not have, through ``fleetd doctor`` as a real process."""
+    workers = "".join(
+        f"    - {{name: w{i}, url: 'http://127.0.0.1:{8000 + i}', gpus: [{2 * i}, {2 * i + 1}]}}\n"
+        for i in range(31)
+    )
+    config = tmp_path / "fleetd.yaml"
+    config.write_text(
+        f"state_dir: {tmp_path / 'state'}\n{ALERTING}vllm:\n  workers:\n{workers}"
+        "    - {name: w99, url: 'http://127.0.0.1:9000', gpus: [70]}\n"
+    )
+    result = doctor("--config", str(config), "--simulate", "cpx_uncorrectable", "--json")
+    assert result.returncode == 1, result.stdout + result.stderr
+    by_name = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
+    layout = by_name["partitions"]
+    assert layout["detail"] == "8 physical GPUs partitioned into 64 logical devices"
+    assert layout["items"][3] == "physical GPU 3 (0000:65:00.0): GPU 24-31, CPX+NPS1"
+    coverage = by_name["workers"]
+    assert coverage["status"] == "warn"
+    assert coverage["items"][:2] == [
+        "no worker on partition 62, 63",
+        "worker w99 claims GPU 70, which this node does not have",
+    ]
+    assert coverage["items"][-1] == "physical GPU 7 (GPU 56-63): 3 worker(s): w28, w29, w30"

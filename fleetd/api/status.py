@@ -28,7 +28,15 @@ from fleetd.model import GpuStatus, Health, HealthState, Reading, Snapshot, labe
 from fleetd.remedy.journal import PauseState
 from fleetd.remedy.machine import Run
 from fleetd.remedy.service import HeldGpus, RemediationStatus
-from fleetd.rules.health import NodeHealth, ServiceMap, out_of_service, serve, with_service
+from fleetd.rules.health import (
+    NodeHealth,
+    ServiceMap,
+    inherited,
+    out_of_service,
+    serve,
+    with_service,
+    worst,
+)
 
 UNKNOWN = Health(HealthState.UNKNOWN, None, ("no health verdict yet",))
 
@@ -140,9 +148,17 @@ def _identity(status: GpuStatus | None, readings: _GpuReadings | None) -> Json:
             "product": gpu.product,
             "serial": gpu.serial,
             "hive_id": gpu.hive_id,
+            "partition": {
+                "id": gpu.partition_id,
+                "compute": gpu.compute_partition,
+                "memory": gpu.memory_partition,
+            }
+            if gpu.partitioned
+            else None,
         }
     info = (readings.by_metric.get("fleetd_gpu_info") if readings else None) or []
     labels = dict(info[-1].labels) if info else {}
+    part = labels.get("gpu_partition_id")
     return {
         "uuid": labels.get("uuid"),
         "bdf": labels.get("bdf"),
@@ -150,6 +166,84 @@ def _identity(status: GpuStatus | None, readings: _GpuReadings | None) -> Json:
         "product": labels.get("product"),
         "serial": labels.get("serial"),
         "hive_id": labels.get("hive_id"),
+        "partition": {
+            "id": int(part) if part.isdigit() else None,
+            "compute": labels.get("gpu_compute_partition_type") or None,
+            "memory": labels.get("gpu_memory_partition_type") or None,
+        }
+        if part is not None
+        else None,
+    }
+
+
+def _physical_index(snapshot: Snapshot | None, health: NodeHealth | None) -> dict[int, int]:
+    """Each partition's physical GPU, as the index of its partition 0 (from the poll's
+    identities, else from the health verdict); unpartitioned GPUs are their own."""
+    out: dict[int, int] = {}
+    if health is not None:
+        for item in health.gpus:
+            if item.physical is not None and item.gpu.isdigit() and item.physical.isdigit():
+                out[int(item.gpu)] = int(item.physical)
+    if snapshot is not None:
+        primaries = {
+            (s.gpu.bdf, s.gpu.serial): s.gpu.index
+            for s in snapshot.gpus
+            if s.gpu.partitioned and s.gpu.primary
+        }
+        for s in snapshot.gpus:
+            primary = primaries.get((s.gpu.physical_bdf, s.gpu.serial))
+            if s.gpu.partitioned and primary is not None:
+                out[s.gpu.index] = primary
+    return out
+
+
+def physical_entries(gpus: Sequence[Json]) -> list[Json]:
+    """The roll-up partition → physical GPU over ``gpu_entries``: each physical GPU (its
+    partition 0's identity) with its partitions' indices and the worst of their verdicts."""
+    groups: dict[int, list[Json]] = {}
+    for entry in gpus:
+        groups.setdefault(entry["physical_gpu"], []).append(entry)
+    out: list[Json] = []
+    for number, (index, members) in enumerate(groups.items()):
+        head = next((m for m in members if m["gpu"] == index), members[0])
+        part = head.get("partition") or {}
+        out.append(
+            {
+                "gpu": index,
+                "physical": number,
+                "bdf": head.get("bdf"),
+                "serial": head.get("serial"),
+                "model": head.get("model"),
+                "hive_id": head.get("hive_id"),
+                "compute_partition": part.get("compute"),
+                "memory_partition": part.get("memory"),
+                "partitions": [m["gpu"] for m in members],
+                "health": _worst_view(members, head["health"]),
+            }
+        )
+    return out
+
+
+def _worst_view(members: Sequence[Json], head: Json) -> Json:
+    """One health view for several partitions' views: the worst state, each partition's
+    problems named, and partition 0's out-of-service (a reset unit is whole physical GPUs)."""
+    verdicts: list[Json] = [m["health"] for m in members]
+    if len(verdicts) == 1:
+        return verdicts[0]
+    state = worst(HealthState(v["state"]) for v in verdicts)
+    ages = [v["data_age_s"] for v in verdicts]
+    return {
+        "state": state.value,
+        "data_age_s": None if any(a is None for a in ages) else max(ages),
+        "reasons": [
+            f"gpu {m['gpu']}: {reason}"
+            for m in members
+            if m["health"]["state"] != HealthState.HEALTHY.value
+            for reason in (m["health"]["reasons"] or [m["health"]["state"]])
+            if not inherited(reason)  # said once, by partition 0
+        ],
+        "rules_state": worst(HealthState(v["rules_state"]) for v in verdicts).value,
+        "out_of_service": head["out_of_service"],
     }
 
 
@@ -199,6 +293,7 @@ def gpu_entries(
     before its first verdict."""
     statuses = {s.gpu.index: s for s in snapshot.gpus} if snapshot is not None else {}
     readings, keys = _indexed(snapshot)
+    physical = _physical_index(snapshot, health)
     out: list[Json] = []
     for index in services.known_gpus(snapshot, health):
         status = statuses.get(index)
@@ -213,6 +308,7 @@ def gpu_entries(
             {
                 "gpu": index,
                 **_identity(status, readings.get(index)),
+                "physical_gpu": physical.get(index, index),
                 "present": status.present if status is not None else None,
                 "responsive": status.responsive if status is not None else None,
                 "error": status.error if status is not None else None,
@@ -359,4 +455,5 @@ def node_status(services: ApiServices, now: float) -> Json:
             "last_reload_problems": list(reload_status.last_problems),
         },
         "gpus": gpus,
+        "physical_gpus": physical_entries(gpus),
     }

@@ -252,44 +252,91 @@ GPU_COLUMNS = (
 )
 
 
-def render_node(status: dict[str, Any], fleet: Fleet) -> str:
+def _gpu_row(gpu: dict[str, Any], fleet: Fleet) -> list[Cell]:
+    r = gpu["readings"]
+    limit = r.get("temperature_hotspot_limit_c")
+    pcie = "-"
+    if r.get("pcie_width") is not None:
+        pcie = f"x{r['pcie_width']:.0f} {number(r.get('pcie_speed_gts'), 'GT/s')}"
+        if r.get("pcie_max_width") is not None and r["pcie_width"] < r["pcie_max_width"]:
+            pcie += f" (<x{r['pcie_max_width']:.0f})"
+    remediation = gpu.get("remediation")
+    remedy_text = (
+        f"{remediation['plan']} {remediation['phase']}"
+        + (" (dry-run)" if remediation.get("dry_run") else "")
+        if remediation
+        else "-"
+    )
+    ecc = f"{number(r.get('ecc_uncorrectable_total'))}/{number(r.get('ecc_correctable_total'))}"
+    counts = gpu["alerts"]
+    return [
+        Cell(str(gpu["gpu"])),
+        health_cell(gpu["health"]["state"]),
+        temperature_cell(r.get("temperature_hotspot_c"), limit),
+        temperature_cell(r.get("temperature_hbm_c")),
+        Cell(power(r.get("power_w"))),
+        Cell(_ratio(r.get("utilization_gfx"))),
+        Cell(size(r.get("memory_used_bytes"))),
+        Cell(ecc, "bold red" if (r.get("ecc_uncorrectable_total") or 0) > 0 else None),
+        Cell(pcie, "yellow" if "(<" in pcie else None),
+        Cell(number(r.get("xgmi_links_up"))),
+        alerts_cell(counts["critical"], counts["warning"], counts["info"]),
+        Cell(remedy_text, "cyan" if remediation else None),
+        age_cell(gpu["health"]["data_age_s"], fleet.stale_after),
+        Cell("; ".join(gpu["health"]["reasons"]) or (gpu.get("error") or "")),
+    ]
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+_BOARD_CELLS = (2, 3, 4, 7, 8, 9)  # temperatures, power, ECC, PCIe, XGMI: partition 0's
+
+
+def _physical_rows(
+    physical: dict[str, Any], by_index: dict[int, dict[str, Any]], fleet: Fleet, expand: bool
+) -> list[list[Cell]]:
+    """One row per physical GPU: its board readings (partition 0's), the mean utilisation
+    and the alerts of its partitions, the worst of their verdicts; with ``expand``, a row
+    per partition under it (its own verdict, utilisation, memory, alerts)."""
+    members = [by_index[i] for i in physical["partitions"] if i in by_index]
+    head = by_index.get(physical["gpu"], members[0])
+    row = _gpu_row(head, fleet)
+    first, last = physical["partitions"][0], physical["partitions"][-1]
+    row[0] = Cell(f"{physical['physical']} [{first}-{last}]")
+    verdict = physical["health"]
+    row[1] = health_cell(verdict["state"])
+    util = [m["readings"].get("utilization_gfx") for m in members]
+    known = [u for u in util if u is not None]
+    row[5] = Cell(_ratio(sum(known) / len(known)) if known else "-")
+    counts = [m["alerts"] for m in members]
+    row[10] = alerts_cell(*(sum(c[k] for c in counts) for k in ("critical", "warning", "info")))
+    row[12] = age_cell(verdict["data_age_s"], fleet.stale_after)
+    row[13] = Cell("; ".join(verdict["reasons"]))
+    rows = [row]
+    if expand:
+        for member in members:
+            sub = _gpu_row(member, fleet)
+            part = member.get("partition") or {}
+            sub[0] = Cell(f"└ {member['gpu']} p{part.get('id', '?')}")
+            for i in _BOARD_CELLS:
+                sub[i] = Cell("")
+            rows.append(sub)
+    return rows
+
+
+def render_node(status: dict[str, Any], fleet: Fleet, partitions: bool = False) -> str:
+    """One node's table: a row per GPU; on a partitioned node a row per physical GPU with
+    its partitions folded underneath (``partitions`` lists them)."""
     painter = fleet.painter
-    rows = []
-    for gpu in status["gpus"]:
-        r = gpu["readings"]
-        limit = r.get("temperature_hotspot_limit_c")
-        pcie = "-"
-        if r.get("pcie_width") is not None:
-            pcie = f"x{r['pcie_width']:.0f} {number(r.get('pcie_speed_gts'), 'GT/s')}"
-            if r.get("pcie_max_width") is not None and r["pcie_width"] < r["pcie_max_width"]:
-                pcie += f" (<x{r['pcie_max_width']:.0f})"
-        remediation = gpu.get("remediation")
-        remedy_text = (
-            f"{remediation['plan']} {remediation['phase']}"
-            + (" (dry-run)" if remediation.get("dry_run") else "")
-            if remediation
-            else "-"
-        )
-        ecc = f"{number(r.get('ecc_uncorrectable_total'))}/{number(r.get('ecc_correctable_total'))}"
-        counts = gpu["alerts"]
-        rows.append(
-            [
-                Cell(str(gpu["gpu"])),
-                health_cell(gpu["health"]["state"]),
-                temperature_cell(r.get("temperature_hotspot_c"), limit),
-                temperature_cell(r.get("temperature_hbm_c")),
-                Cell(power(r.get("power_w"))),
-                Cell("-" if r.get("utilization_gfx") is None else f"{r['utilization_gfx']:.0%}"),
-                Cell(size(r.get("memory_used_bytes"))),
-                Cell(ecc, "bold red" if (r.get("ecc_uncorrectable_total") or 0) > 0 else None),
-                Cell(pcie, "yellow" if "(<" in pcie else None),
-                Cell(number(r.get("xgmi_links_up"))),
-                alerts_cell(counts["critical"], counts["warning"], counts["info"]),
-                Cell(remedy_text, "cyan" if remediation else None),
-                age_cell(gpu["health"]["data_age_s"], fleet.stale_after),
-                Cell("; ".join(gpu["health"]["reasons"]) or (gpu.get("error") or "")),
-            ]
-        )
+    physical = status.get("physical_gpus") or []
+    folded = any(len(p["partitions"]) > 1 for p in physical)
+    if folded:
+        by_index = {g["gpu"]: g for g in status["gpus"]}
+        rows = [row for p in physical for row in _physical_rows(p, by_index, fleet, partitions)]
+    else:
+        rows = [_gpu_row(gpu, fleet) for gpu in status["gpus"]]
     total = status["gpus_total"]
     head = (
         f"{status['node']}: "
@@ -301,7 +348,19 @@ def render_node(status: dict[str, Any], fleet: Fleet) -> str:
     )
     if status["remediation"].get("pause", {}).get("paused"):
         head += " (paused)"
-    lines = [head, render_table(GPU_COLUMNS, rows, painter)]
+    lines = [head]
+    if folded:
+        modes = sorted(
+            {
+                f"{p.get('compute_partition') or '?'}+{p.get('memory_partition') or '?'}"
+                for p in physical
+            }
+        )
+        lines.append(
+            f"{len(physical)} physical GPUs in {', '.join(modes)}: {total} partitions"
+            + ("" if partitions else " (--partitions lists them)")
+        )
+    lines.append(render_table(GPU_COLUMNS, rows, painter))
     for alert in status["alerts"]["firing"]:
         where = f"gpu {alert['gpu']}" if alert["gpu"] is not None else "node"
         muted = " (silenced)" if alert.get("silenced") else ""
@@ -323,7 +382,9 @@ def node_exit_code(status: dict[str, Any]) -> int:
 
 
 # --------------------------------------------------------------------------------- command
-def once(fleet: Fleet, node: str | None, as_json: bool) -> tuple[str, int]:
+def once(
+    fleet: Fleet, node: str | None, as_json: bool, partitions: bool = False
+) -> tuple[str, int]:
     """One rendering of the status and its exit code."""
     if node is not None:
         target = fleet.resolve(node)
@@ -336,7 +397,7 @@ def once(fleet: Fleet, node: str | None, as_json: bool) -> tuple[str, int]:
         status = reply.data
         if as_json:
             return json.dumps(status, indent=2), node_exit_code(status)
-        return render_node(status, fleet), node_exit_code(status)
+        return render_node(status, fleet, partitions), node_exit_code(status)
     notes: list[str] = []
     if fleet.inventory is None and fleet.db is not None:
         rows, notes = rows_from_registry(fleet, time.time())
@@ -361,10 +422,17 @@ def once(fleet: Fleet, node: str | None, as_json: bool) -> tuple[str, int]:
 @click.option("--watch", "-w", is_flag=True, help="Redraw every --interval seconds until Ctrl-C.")
 @click.option("--interval", type=click.FloatRange(0, 3600), default=5.0, show_default=True)
 @click.option("--count", type=click.IntRange(1), default=None, hidden=True)
+@click.option(
+    "--partitions",
+    "-p",
+    is_flag=True,
+    help="With NODE on a partitioned node: list each physical GPU's partitions under it.",
+)
 @fleet_options
 def status_command(
     node: str | None,
     as_json: bool,
+    partitions: bool,
     watch: bool,
     interval: float,
     count: int | None,
@@ -389,7 +457,7 @@ def status_command(
     """
     fleet = make_fleet(inventory, db, timeout, token_file, ca_file, colour, stale_after)
     if not watch:
-        text, code = once(fleet, node, as_json)
+        text, code = once(fleet, node, as_json, partitions)
         fleet.echo(text)
         sys.exit(code)
     code = EXIT_OK
@@ -398,7 +466,7 @@ def status_command(
     try:
         while count is None or done < count:
             try:
-                text, code = once(fleet, node, as_json)
+                text, code = once(fleet, node, as_json, partitions)
             except Fail as exc:
                 text, code = f"error: {exc.message}", exc.exit_code
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")

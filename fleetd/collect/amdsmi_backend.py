@@ -391,7 +391,10 @@ class AmdSmiGpu:
         """VRAM in use from amdgpu's ``mem_info_vram_used`` (bytes), or None where it cannot
         be read. The same number amdsmi reports, without amdsmi's fallback that opens
         /dev/kfd in this process and leaves fleetd a KFD client for life on ROCm < 7.12
-        (ROCm/ROCm#4411)."""
+        (ROCm/ROCm#4411). Only partition 0 of a partitioned GPU is a PCI device with the
+        file (the others are ``amdgpu_xcp`` platform devices): they are not looked for."""
+        if not self._identity.primary:
+            return None
         text = self._backend.device_file(self._identity.bdf, "mem_info_vram_used")
         if text is None or not text.isdigit():
             return None
@@ -421,6 +424,22 @@ class AmdSmiGpu:
 
 
 _MISSING: Any = object()
+_UNKNOWN_SERIALS = frozenset({"", "N/A", "0", "0X0", "FFFFFFFFFFFFFFFF", "0XFFFFFFFFFFFFFFFF"})
+
+
+def _known_serial(identity: GpuIdentity) -> str | None:
+    serial = (identity.serial or "").strip()
+    return None if serial.upper() in _UNKNOWN_SERIALS else serial
+
+
+def _pci_device(bdf: str) -> str:
+    """``domain:bus:device`` of a BDF (the function digit is a partition's id)."""
+    return bdf.rsplit(".", 1)[0]
+
+
+def _physical_key(identity: GpuIdentity) -> tuple[str, str | None]:
+    """Which physical GPU a logical device is part of: partition 0's BDF and the serial."""
+    return identity.physical_bdf, identity.serial
 
 
 def _as_dict(result: object) -> dict[str, Any]:
@@ -461,6 +480,7 @@ class AmdSmiBackend:
         """Every amdsmi call made through this backend, counted by function (the cost model)."""
         self.amdsmi: Any = self.meter
         self._pci_root = pci_root
+        self._device_dirs: dict[str, str] = {}
         self._baseline_path = baseline_path
         self._baselines: dict[str, dict[str, Any]] = self._load_baselines()
         self._baseline_lock = threading.Lock()
@@ -705,8 +725,12 @@ class AmdSmiBackend:
         """A file of the GPU's PCI device in sysfs, stripped (None: no root, or unreadable)."""
         if self._pci_root is None:
             return None
+        directory = self._device_dirs.get(bdf)
+        if directory is None:  # read every poll: the path is joined once
+            directory = self._device_dirs[bdf] = os.path.join(self._pci_root, PCI_DEVICES, bdf)
         try:
-            return (self._pci_root / PCI_DEVICES / bdf / name).read_text().strip()
+            with open(os.path.join(directory, name), encoding="utf-8") as f:
+                return f.read().strip()
         except (OSError, UnicodeDecodeError):
             return None
 
@@ -736,10 +760,20 @@ class AmdSmiBackend:
         self._left_pci_bus(gpu)
 
     def check_presence(self) -> list[int]:
-        """Look for every present GPU's PCI device in sysfs; indices of those that left."""
+        """Look for every present GPU's PCI device in sysfs; indices of those that left.
+
+        Only partition 0 of a partitioned GPU is a PCI device (the others are ``amdgpu_xcp``
+        platform devices, not looked for): when it leaves, its other partitions go with it."""
         with self._lock:
             gpus = list(self._gpus)
-        return [g.identity.index for g in gpus if self._left_pci_bus(g)]
+        left = [g for g in gpus if self._left_pci_bus(g)]
+        gone = {_physical_key(g.identity) for g in left if g.identity.partitioned}
+        for gpu in gpus if gone else ():
+            handle = gpu.handle
+            if handle is not None and _physical_key(gpu.identity) in gone and gpu not in left:
+                gpu._lost(handle, "its physical GPU left the PCI bus (sysfs)")
+                left.append(gpu)
+        return [g.identity.index for g in left]
 
     # --- what the poller and remediation call -----------------------------------------------
     def sources(self) -> list[AmdSmiGpu]:
@@ -769,26 +803,36 @@ class AmdSmiBackend:
         """Indices of the GPUs a reset of ``index`` touches: its whole XGMI hive.
 
         amdgpu recovers every device of a hive together, so the unit of a reset is the hive;
-        a GPU that is in no hive (hive id 0) is its own unit. When the topology is unknown
-        (amdsmi_get_xgmi_info failed at discovery for any GPU of a multi-GPU node) the unit
-        fails safe to the whole node: draining one worker and resetting eight is the outcome
-        to avoid (hardware-behaviour.md §1.3 #7). ``reset_unit_note`` says why.
+        a GPU that is in no hive (hive id 0) is its own unit — with every partition of its
+        physical GPU, on a partitioned node. When the topology is unknown (amdsmi_get_xgmi_info
+        failed at discovery for any GPU of a multi-GPU node) the unit fails safe to the whole
+        node: draining one worker and resetting eight is the outcome to avoid
+        (hardware-behaviour.md §1.3 #7). So it does when a device's partition mode could not
+        be read and the topology does not prove it a physical GPU of its own (another device
+        shares its serial or its PCI bus and device: it may be one of several partitions).
+        ``reset_unit_note`` says why.
         """
         gpu = self._gpu(index)
         with self._lock:
             gpus = list(self._gpus)
-        if self._topology_unknown(gpus):
+        unknown = self._unknown_layout(gpus)
+        if unknown:
             whole = [g.identity.index for g in gpus]
             log.warning(
                 "reset_unit_whole_node",
                 gpu=index,
-                unknown=[g.identity.index for g in gpus if g.hive_unknown],
-                reason="XGMI hive unknown (amdsmi_get_xgmi_info failed at discovery)",
+                unknown=[g.identity.index for g in unknown],
+                reason=(
+                    "XGMI hive unknown (amdsmi_get_xgmi_info failed at discovery)"
+                    if self._topology_unknown(gpus)
+                    else "partition mode unreadable on a device that may be a partition"
+                ),
             )
             return whole
         hive = gpu.identity.hive_id
         if hive is None:
-            return [index]
+            physical = _physical_key(gpu.identity)
+            return sorted(g.identity.index for g in gpus if _physical_key(g.identity) == physical)
         return sorted(g.identity.index for g in gpus if g.identity.hive_id == hive)
 
     def reset_unit_note(self, index: int) -> str | None:
@@ -796,13 +840,45 @@ class AmdSmiBackend:
         self._gpu(index)
         with self._lock:
             gpus = list(self._gpus)
-        if not self._topology_unknown(gpus):
+        if self._topology_unknown(gpus):
+            unknown = ", ".join(str(g.identity.index) for g in gpus if g.hive_unknown)
+            return (
+                f"XGMI topology unknown (amdsmi_get_xgmi_info failed for GPU {unknown}): "
+                f"the reset unit is the whole node, since a hive reset may touch every GPU"
+            )
+        unread = self._unknown_layout(gpus)
+        if not unread:
             return None
-        unknown = ", ".join(str(g.identity.index) for g in gpus if g.hive_unknown)
+        which = ", ".join(str(g.identity.index) for g in unread)
         return (
-            f"XGMI topology unknown (amdsmi_get_xgmi_info failed for GPU {unknown}): "
-            f"the reset unit is the whole node, since a hive reset may touch every GPU"
+            f"partition mode unreadable for GPU {which}, which share a serial number or PCI "
+            "device with another GPU (they may be partitions of one physical GPU): the reset "
+            "unit is the whole node"
         )
+
+    def _unknown_layout(self, gpus: list[AmdSmiGpu]) -> list[AmdSmiGpu]:
+        """The devices that make the reset unit unknowable: every GPU when the XGMI topology
+        is unknown; else the devices whose partition mode is unreadable and that the
+        topology does not prove to be a physical GPU of their own."""
+        if self._topology_unknown(gpus):
+            return [g for g in gpus if g.hive_unknown]
+        unread = [g for g in gpus if g.identity.compute_partition is None]
+        if not unread:
+            return []
+        serials: dict[str, int] = {}
+        devices: dict[str, int] = {}
+        for g in gpus:
+            serial = _known_serial(g.identity)
+            if serial is not None:
+                serials[serial] = serials.get(serial, 0) + 1
+            device = _pci_device(g.identity.bdf)
+            devices[device] = devices.get(device, 0) + 1
+        return [
+            g
+            for g in unread
+            if devices[_pci_device(g.identity.bdf)] > 1
+            or serials.get(_known_serial(g.identity) or "", 0) > 1
+        ]
 
     @staticmethod
     def _topology_unknown(gpus: list[AmdSmiGpu]) -> bool:

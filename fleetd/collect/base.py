@@ -50,22 +50,15 @@ def field(result: object, key: str) -> object:
 class Readings:
     """Builds one GPU's readings for one poll with the GPU's ``gpu``/``uuid`` labels."""
 
-    __slots__ = ("_base", "_cache", "items", "ts")
+    __slots__ = ("_gpu", "items", "ts")
 
     def __init__(self, gpu: GpuIdentity, ts: float) -> None:
-        self._base: Labels = gpu.labels
-        self._cache: dict[tuple[tuple[str, str], ...], Labels] = {}
+        self._gpu = gpu
         self.ts = ts
         self.items: list[Reading] = []
 
     def labels(self, extra: tuple[tuple[str, str], ...]) -> Labels:
-        if not extra:
-            return self._base
-        labels = self._cache.get(extra)
-        if labels is None:
-            labels = tuple(sorted(self._base + extra))
-            self._cache[extra] = labels
-        return labels
+        return self._gpu.labels_with(extra)
 
     def add(
         self,

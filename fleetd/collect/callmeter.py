@@ -54,6 +54,9 @@ class MeteredAmdSmi:
             return target
         wrapped = self._meter(name)
         self._wrapped[name] = wrapped
+        # found by plain attribute lookup from now on: __getattr__ runs only after a failed
+        # lookup, and that costs an AttributeError on every call
+        self.__dict__[name] = wrapped
         return wrapped
 
     def _meter(self, name: str) -> Callable[..., Any]:

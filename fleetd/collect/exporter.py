@@ -15,6 +15,7 @@ prometheus_client's per-sample label validation and escaping. The HTTP server sh
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -96,9 +97,14 @@ def _group(
     readings: Iterable[Reading], catalog: Mapping[str, MetricSpec]
 ) -> dict[str, list[Reading]]:
     grouped: dict[str, list[Reading]] = {}
+    families: dict[str, str] = {}  # metric → family, looked up once per metric
     for reading in readings:
         if reading.value is not None:
-            grouped.setdefault(_family_name(reading.metric, catalog), []).append(reading)
+            metric = reading.metric
+            family = families.get(metric)
+            if family is None:
+                family = families[metric] = _family_name(metric, catalog)
+            grouped.setdefault(family, []).append(reading)
     return grouped
 
 
@@ -138,7 +144,25 @@ def render_readings(
     return families
 
 
-_go_string = cast(Callable[[float], str], floatToGoString)
+_float_text = cast(Callable[[float], str], floatToGoString)
+_FLOAT_CACHE_LIMIT = 4096
+_float_cache: dict[float, str] = {}
+
+
+def _go_string(value: float) -> str:
+    """prometheus_client's text of ``value``, remembered for values that repeat every poll
+    (0, 1, counts, sizes); the cache is emptied when it fills."""
+    if value == 0:
+        return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"  # 0.0 == -0.0 as a key
+    text = _float_cache.get(value)
+    if text is None:
+        text = _float_text(value)
+        if value == value:  # NaN is never found again: not kept
+            if len(_float_cache) >= _FLOAT_CACHE_LIMIT:
+                _float_cache.clear()
+            _float_cache[value] = text
+    return text
+
 _PREFIX_CACHE_LIMIT = 100_000  # series prefixes kept; far above any real node's series count
 
 

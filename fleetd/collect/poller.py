@@ -1,15 +1,23 @@
 """One poll of every GPU: a worker thread per GPU, a timeout per GPU, missing never zero.
 
-Each GPU has one long-lived daemon worker thread. A poll hands every idle worker a job
-(run all collectors on that GPU) and waits until the shared deadline. Readings of collectors
+Each physical GPU has one long-lived daemon worker thread. A poll hands every idle worker a job
+(run all collectors on that GPU, and on a partitioned GPU on each of its logical devices in
+turn, partition 0 first) and waits until the shared deadline. Readings of collectors
 that finished in time are kept; the collector that was still running and those after it
 are reported missing with reason ``timeout``, using the series that collector produced last
 time. A GPU whose previous job is still stuck is not given another (no pile-up of threads):
 it is reported unresponsive until its call returns. A GPU that vanished from enumeration
 stays in the snapshot (present=False) with its readings missing.
 
-The poller adds two readings per GPU itself: ``fleetd_gpu_up`` and, per collector,
-``fleetd_gpu_readings_missing``.
+Board-level collectors (``board_level = True``: power, temperatures, PCIe, RAS, XGMI, throttle)
+run on partition 0 of a partitioned GPU only; on its other partitions they are *not
+applicable* — no readings, no missing count, no self-metric — never missing. The partitions of
+one physical GPU share one worker and one job: the thread hand-off, the deadline wait and
+the hung check are per physical GPU, so a CPX node (64 logical devices) costs 8 of them, as
+in SPX; a call stuck on one partition holds its siblings too (they are one device).
+
+The poller adds two readings per GPU itself: ``fleetd_gpu_up`` and, per applicable
+collector, ``fleetd_gpu_readings_missing``.
 """
 
 from __future__ import annotations
@@ -43,52 +51,57 @@ class _Outcome:
 
 @dataclass(slots=True)
 class _Job:
-    """All collectors on one GPU; the worker fills ``outcomes`` as each collector finishes."""
+    """All collectors on the logical devices of one physical GPU (one device unless it is
+    partitioned); the worker fills ``outcomes`` (by BDF and collector) as each finishes."""
 
-    gpu: GpuSource
-    collectors: Sequence[Collector]
+    gpus: tuple[GpuSource, ...]
+    primary: tuple[Collector, ...]
+    secondary: tuple[Collector, ...]
     now: float
     timer: Callable[[], float]
     done: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    outcomes: dict[str, _Outcome] = field(default_factory=dict)
-    running: str | None = None
+    outcomes: dict[tuple[str, str], _Outcome] = field(default_factory=dict)
+    running: tuple[str, str] | None = None
     abandoned: bool = False
+    harvested: tuple[dict[tuple[str, str], _Outcome], tuple[str, str] | None] | None = None
 
     def run(self) -> None:
-        """Run the collectors in order; the worker signals ``done`` afterwards."""
-        for collector in self.collectors:
-            with self.lock:
-                if self.abandoned:
-                    return
-                self.running = collector.name
-            start = self.timer()
-            error: str | None = None
-            try:
-                if getattr(collector, "board_level", False) and not self.gpu.identity.primary:
-                    readings = []  # not applicable on a secondary partition: not missing
-                else:
-                    readings = collector.collect(self.gpu, self.now)
-            except Exception as exc:  # a collector bug fails that collector alone
-                readings, error = [], f"{type(exc).__name__}: {exc}"
-                log.error(
-                    "collector_failed",
-                    collector=collector.name,
-                    gpu=self.gpu.identity.index,
-                    error=error,
-                )
-            outcome = _Outcome(readings, self.timer() - start, error)
-            with self.lock:
-                if self.abandoned:
-                    return
-                self.outcomes[collector.name] = outcome
-                self.running = None
+        """Run the collectors in order, device by device; the worker signals ``done`` after."""
+        timer, now, lock = self.timer, self.now, self.lock
+        for gpu in self.gpus:
+            identity = gpu.identity
+            bdf = identity.bdf
+            for collector in self.primary if identity.primary else self.secondary:
+                name = collector.name
+                with lock:
+                    if self.abandoned:
+                        return
+                    self.running = (bdf, name)
+                start = timer()
+                error: str | None = None
+                try:
+                    readings = collector.collect(gpu, now)
+                except Exception as exc:  # a collector bug fails that collector alone
+                    readings, error = [], f"{type(exc).__name__}: {exc}"
+                    log.error(
+                        "collector_failed", collector=name, gpu=identity.index, error=error
+                    )
+                outcome = _Outcome(readings, timer() - start, error)
+                with lock:
+                    if self.abandoned:
+                        return
+                    self.outcomes[(bdf, name)] = outcome
+                    self.running = None
 
-    def harvest(self) -> tuple[dict[str, _Outcome], str | None, bool]:
-        """Stop accepting results: (finished outcomes, collector still running, finished?)."""
+    def harvest(self) -> tuple[dict[tuple[str, str], _Outcome], tuple[str, str] | None]:
+        """Stop accepting results: (finished outcomes, (BDF, collector) still running); the
+        same answer for every device of the job."""
         with self.lock:
-            self.abandoned = True
-            return dict(self.outcomes), self.running, self.done.is_set()
+            if self.harvested is None:
+                self.abandoned = True
+                self.harvested = (dict(self.outcomes), self.running)
+            return self.harvested
 
 
 class _Worker:
@@ -157,36 +170,49 @@ class Poller:
             raise ValueError(f"collector names must be unique: {names}")
         self._backend = backend
         self._collectors = tuple(collectors)
+        # what runs on a secondary partition: the collectors that are not board-level
+        self._secondary = tuple(c for c in collectors if not getattr(c, "board_level", False))
         self._node = node
         self._timeout = gpu_timeout
         self._timer = timer
-        self._workers: dict[str, _Worker] = {}
-        # last series each collector produced per GPU: what to report missing next time
-        self._templates: dict[tuple[str, str], tuple[tuple[str, Labels], ...]] = {}
+        self._workers: dict[str, _Worker] = {}  # by physical GPU (partition 0's BDF)
+        # last readings each collector produced per GPU: their series are what to report
+        # missing next time (kept as they came: a poll copies nothing)
+        self._templates: dict[tuple[str, str], Sequence[Reading]] = {}
+        # the labels of each GPU's per-collector series, built once per identity
+        self._collector_labels: dict[tuple[str, str], tuple[Labels, Labels]] = {}
+
+    def _applicable(self, identity: GpuIdentity) -> tuple[Collector, ...]:
+        return self._collectors if identity.primary else self._secondary
 
     def poll(self, now: float) -> Snapshot:
         start = self._timer()
         deadline = time.monotonic() + self._timeout
         sources = self._backend.sources()
-        jobs: dict[str, _Job] = {}
-        hung: dict[str, float | None] = {}
+        groups: dict[str, list[GpuSource]] = {}
         for gpu in sources:
-            if not gpu.present:
-                continue
-            bdf = gpu.identity.bdf
-            worker = self._workers.get(bdf)
+            if gpu.present:
+                groups.setdefault(gpu.identity.physical_bdf, []).append(gpu)
+        jobs: dict[str, _Job] = {}  # by logical device's BDF
+        hung: dict[str, float | None] = {}
+        pending: list[_Job] = []
+        for physical, members in groups.items():
+            worker = self._workers.get(physical)
             if worker is None:
-                worker = _Worker(f"fleetd-gpu-{gpu.identity.index}")
-                self._workers[bdf] = worker
+                worker = _Worker(f"fleetd-gpu-{members[0].identity.index}")
+                self._workers[physical] = worker
             if worker.busy:
-                hung[bdf] = worker.busy_since
+                for gpu in members:
+                    hung[gpu.identity.bdf] = worker.busy_since
                 continue
-            job = _Job(gpu, self._collectors, now, self._timer)
+            job = _Job(tuple(members), self._collectors, self._secondary, now, self._timer)
             worker.submit(job)
-            jobs[bdf] = job
+            pending.append(job)
+            for gpu in members:
+                jobs[gpu.identity.bdf] = job
 
-        for pending in jobs.values():
-            pending.done.wait(max(0.0, deadline - time.monotonic()))
+        for job in pending:
+            job.done.wait(max(0.0, deadline - time.monotonic()))
 
         statuses: list[GpuStatus] = []
         readings: list[Reading] = []
@@ -197,7 +223,7 @@ class Poller:
             identity = gpu.identity
             maybe_job = jobs.get(identity.bdf)
             if maybe_job is not None:
-                status, gpu_readings = self._finished(identity, maybe_job, now, per_collector)
+                status, gpu_readings = self._finished(gpu, maybe_job, now, per_collector)
             elif identity.bdf in hung:
                 status, gpu_readings = self._absent(
                     identity, gpu, now, REASON_TIMEOUT, present=True
@@ -231,37 +257,49 @@ class Poller:
 
     def _finished(
         self,
-        identity: GpuIdentity,
+        gpu: GpuSource,
         job: _Job,
         now: float,
         per_collector: dict[str, list[tuple[float, str | None]]],
     ) -> tuple[GpuStatus, list[Reading]]:
-        outcomes, running, finished = job.harvest()
+        identity = gpu.identity
+        bdf = identity.bdf
+        outcomes, running = job.harvest()
         readings: list[Reading] = []
         missing_by: dict[str, int] = {}
-        for collector in self._collectors:
+        applicable = self._applicable(identity)
+        complete = True
+        for collector in applicable:
             name = collector.name
-            outcome = outcomes.get(name)
+            outcome = outcomes.get((bdf, name))
             if outcome is None:
+                complete = False
                 got = self._missing_from_template(identity, name, now, REASON_TIMEOUT)
-                if name == running:
+                if running == (bdf, name):
                     per_collector[name].append((0.0, f"timeout on gpu {identity.index}"))
             else:
                 got = outcome.readings
                 per_collector[name].append((outcome.duration_s, outcome.error))
                 if outcome.error is None:
-                    self._templates[(identity.bdf, name)] = tuple((r.metric, r.labels) for r in got)
-            missing_by[name] = sum(1 for r in got if r.value is None)
+                    self._templates[(bdf, name)] = got
+            missing = 0
+            for r in got:
+                if r.value is None:
+                    missing += 1
+            missing_by[name] = missing
             readings.extend(got)
-        present = job.gpu.present  # a call may have found the GPU gone mid-poll
-        responsive = present and finished and len(outcomes) == len(self._collectors)
+        present = gpu.present  # a call may have found the GPU gone mid-poll
+        responsive = present and complete
         readings.extend(self._gpu_readings(identity, now, responsive, missing_by))
         error: str | None = None
         if not present:
             error = REASON_GPU_MISSING
         elif not responsive:
-            error = f"timeout after {self._timeout}s in {running}"
-            log.warning("gpu_poll_timeout", gpu=identity.index, bdf=identity.bdf, call=running)
+            call = running[1] if running is not None and running[0] == bdf else None
+            if call is None and running is not None:
+                call = f"{running[1]} on {running[0]}"  # a sibling partition's call holds it
+            error = f"timeout after {self._timeout}s in {call}"
+            log.warning("gpu_poll_timeout", gpu=identity.index, bdf=bdf, call=call)
         status = GpuStatus(
             gpu=identity,
             present=present,
@@ -281,7 +319,7 @@ class Poller:
         """
         readings: list[Reading] = []
         missing_by: dict[str, int] = {}
-        for collector in self._collectors:
+        for collector in self._applicable(identity):
             if getattr(collector, "needs_gpu", True):
                 got = self._missing_from_template(identity, collector.name, now, reason)
             else:
@@ -302,17 +340,19 @@ class Poller:
         self, identity: GpuIdentity, collector: str, now: float, reason: str
     ) -> list[Reading]:
         template = self._templates.get((identity.bdf, collector), ())
-        return [Reading(metric, labels, None, now, reason) for metric, labels in template]
+        return [Reading(r.metric, r.labels, None, now, reason) for r in template]
 
-    @staticmethod
     def _gpu_readings(
-        identity: GpuIdentity, now: float, up: bool, missing_by: dict[str, int]
+        self, identity: GpuIdentity, now: float, up: bool, missing_by: dict[str, int]
     ) -> list[Reading]:
         base = identity.labels
         readings = [Reading(GPU_UP, base, 1.0 if up else 0.0, now)]
         for name, missing in missing_by.items():
-            labels = tuple(sorted((*base, ("collector", name))))
-            readings.append(Reading(READINGS_MISSING, labels, float(missing), now))
+            cached = self._collector_labels.get((identity.bdf, name))
+            if cached is None or cached[0] is not base:  # new, or the identity was re-read
+                cached = (base, tuple(sorted((*base, ("collector", name)))))
+                self._collector_labels[(identity.bdf, name)] = cached
+            readings.append(Reading(READINGS_MISSING, cached[1], float(missing), now))
         return readings
 
     def busy(self) -> bool:

@@ -30,12 +30,14 @@ from fleetd.polltiming import PollTiming
 from fleetd.query import Query
 from fleetd.rules.evaluate import Evaluation, Vector, compare, range_needs
 from fleetd.rules.health import (
+    GPU_INFO_METRIC,
     GPU_UP_METRIC,
     HEALTH_METRIC,
     NodeHealth,
     ServiceMap,
     assess,
     health_vector,
+    physical_of,
 )
 from fleetd.rules.loader import RuleSet
 from fleetd.rules.ranges import RangeMirror
@@ -490,6 +492,7 @@ class RuleEngine:
             stale_after_s=self.settings.lookback_s,
             service=service,
             last_read=self._last_read,
+            physical=physical_of(query.series(GPU_INFO_METRIC)),
         )
 
     def _clock(self) -> float:

@@ -13,6 +13,13 @@ Per GPU, in order of precedence:
 4. ``degraded``  a warning alert is firing for it;
 5. ``healthy``   fresh data and nothing firing.
 
+On a partitioned GPU (CPX, DPX, QPX: several logical devices, one per partition) board-level
+data — temperatures, power, RAS, PCIe, XGMI, the kernel's and CPER's reports — lives on
+partition 0 only, so partition 0's verdict is the physical GPU's: every other partition is at
+least as bad (a physical GPU's fault makes all its partitions unhealthy), with a reason naming
+partition 0. Health then rolls up partition → physical GPU (``physical_gpus``: the worst of its
+partitions) → node (the worst of all).
+
 Only rules with ``health: true`` count (the vLLM rules do not: a worker problem is not a GPU
 fault, and counting it would make "worker down while its GPU is healthy" chase its own
 tail). ``info`` alerts never change health. A node is as bad as its worst GPU or its own
@@ -53,6 +60,9 @@ if TYPE_CHECKING:  # remediation's types, read by structure only: no import at r
     from fleetd.remedy.service import RemediationStatus
 
 GPU_UP_METRIC = "fleetd_gpu_up"
+GPU_INFO_METRIC = "fleetd_gpu_info"
+BOARD_REASON = "physical GPU (partition 0, gpu {gpu}): "
+"""How a secondary partition's reason that is its physical GPU's (partition 0's) begins."""
 HEALTH_METRIC = "fleetd_gpu_health"
 IN_SERVICE = "in_service"
 SERVICE_STATES = (IN_SERVICE, *(r.value for r in ServiceReason))
@@ -76,12 +86,20 @@ log = get_logger("rules.health")
 
 @dataclass(frozen=True, slots=True)
 class GpuHealth:
-    """One GPU's verdict; ``rules`` is the verdict before remediation was laid over it."""
+    """One GPU's verdict; ``rules`` is the verdict before remediation was laid over it;
+    ``physical``: on a partitioned GPU, the ``gpu`` index of its physical GPU's partition 0
+    (None: unpartitioned, the GPU is its own physical GPU)."""
 
     gpu: str
     uuid: str | None
     health: Health
     rules: Health | None = None
+    physical: str | None = None
+
+    @property
+    def physical_gpu(self) -> str:
+        """The ``gpu`` index that names this GPU's physical GPU (partition 0's)."""
+        return self.physical if self.physical is not None else self.gpu
 
     @property
     def rules_verdict(self) -> Health:
@@ -117,6 +135,76 @@ class NodeHealth:
         return sum(1 for g in self.gpus if g.health.state == HealthState.HEALTHY)
 
 
+@dataclass(frozen=True, slots=True)
+class PhysicalHealth:
+    """A physical GPU and its partitions (one, unpartitioned), with the worst of their
+    verdicts."""
+
+    gpu: str  # partition 0's index
+    partitions: tuple[str, ...]
+    health: Health
+
+
+def inherited(reason: str) -> bool:
+    """Whether ``reason`` is a partition's copy of its physical GPU's (``BOARD_REASON``)."""
+    return reason.startswith("physical GPU (partition 0, gpu ")
+
+
+def worst(states: Iterable[HealthState]) -> HealthState:
+    """The worst of ``states`` (healthy < out_of_service < degraded < unknown < unhealthy);
+    unknown when there are none."""
+    return max(states, key=_RANK.__getitem__, default=HealthState.UNKNOWN)
+
+
+def physical_gpus(report: NodeHealth) -> list[PhysicalHealth]:
+    """The roll-up partition → physical GPU: each physical GPU as bad as its worst partition
+    (the reasons of every partition that is not healthy, each named)."""
+    groups: dict[str, list[GpuHealth]] = {}
+    for item in report.gpus:
+        groups.setdefault(item.physical_gpu, []).append(item)
+    out: list[PhysicalHealth] = []
+    for gpu, members in groups.items():
+        worst = max(members, key=lambda m: _RANK[m.health.state])
+        if len(members) == 1:
+            verdict = worst.health
+        else:
+            ages = [m.health.data_age_s for m in members]
+            age = None if any(a is None for a in ages) else max(a for a in ages if a is not None)
+            reasons = tuple(
+                f"partition gpu {m.gpu}: {reason}"
+                for m in members
+                if m.health.state != HealthState.HEALTHY
+                for reason in (m.health.reasons or (m.health.state.value,))
+                if not inherited(reason)  # said once, by partition 0
+            )
+            verdict = Health(worst.health.state, age, reasons)
+        out.append(PhysicalHealth(gpu, tuple(m.gpu for m in members), verdict))
+    return out
+
+
+def physical_of(info: Iterable[SeriesKey]) -> dict[str, str]:
+    """Each partition's physical GPU (its partition 0's ``gpu``), from the ``fleetd_gpu_info``
+    series: partitions carry ``gpu_partition_id``, and those of one physical GPU share the
+    PCI bus and device of their BDF and the serial number. Unpartitioned GPUs are left out;
+    a partition whose partition 0 is not known is left out too (its own physical GPU)."""
+    members: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for key in info:
+        gpu, part, bdf = key.label("gpu"), key.label("gpu_partition_id"), key.label("bdf")
+        if gpu is None or part is None or bdf is None:
+            continue
+        physical = (bdf.rsplit(".", 1)[0], key.label("serial") or "")
+        members.setdefault(physical, []).append((gpu, part))
+    out: dict[str, str] = {}
+    for partitions in members.values():
+        primary = next((gpu for gpu, part in partitions if part == "0"), None)
+        if primary is None:
+            continue
+        for gpu, _ in partitions:
+            if gpu != primary:
+                out[gpu] = primary
+    return out
+
+
 def assess(
     gpu_up: Mapping[SeriesKey, Sample | None],
     alerts: Iterable[AlertEntry],
@@ -125,9 +213,13 @@ def assess(
     stale_after_s: float,
     service: ServiceMap | None = None,
     last_read: Mapping[str, float] | None = None,
+    physical: Mapping[str, str] | None = None,
 ) -> NodeHealth:
     """Health of every GPU known from ``fleetd_gpu_up`` (newest sample per series, or None),
     with the GPUs in ``service`` out of service.
+
+    ``physical``: each secondary partition's partition 0 (``physical_of``); a partition is at
+    least as bad as its partition 0, where the physical GPU's board-level data is.
 
     ``last_read``: per GPU, when its last successful reading was (``fleetd_gpu_up`` 1). The
     poller writes ``fleetd_gpu_up`` every poll, 0 while the GPU cannot be read, so the newest
@@ -153,13 +245,19 @@ def assess(
         else:
             per_gpu.setdefault(gpu, []).append(entry)
     read = last_read or {}
+    own = {
+        gpu: _aged(_gpu_verdict(ts, per_gpu.get(gpu, ()), now, stale_after_s), read.get(gpu), now)
+        for gpu, (_, ts) in newest.items()
+    }
+    parents = physical or {}
     gpus = tuple(
         GpuHealth(
             gpu,
             uuid,
-            _aged(_gpu_verdict(ts, per_gpu.get(gpu, ()), now, stale_after_s), read.get(gpu), now),
+            _with_board(own[gpu], parents.get(gpu), own),
+            physical=parents.get(gpu),
         )
-        for gpu, (uuid, ts) in sorted(newest.items(), key=lambda item: _index_order(item[0]))
+        for gpu, (uuid, _) in sorted(newest.items(), key=lambda item: _index_order(item[0]))
     )
     placeholder = Health(HealthState.UNKNOWN, None)  # with_service makes the roll-up
     rules_only = NodeHealth(placeholder, gpus, now, _alerts_verdict(node_level, now))
@@ -329,8 +427,21 @@ def serve(rules: Health, hold: OutOfService | None) -> Health:
 def _served(item: GpuHealth, hold: OutOfService | None) -> GpuHealth:
     rules = item.rules_verdict
     if hold is None:
-        return GpuHealth(item.gpu, item.uuid, rules)
-    return GpuHealth(item.gpu, item.uuid, serve(rules, hold), rules)
+        return GpuHealth(item.gpu, item.uuid, rules, physical=item.physical)
+    return GpuHealth(item.gpu, item.uuid, serve(rules, hold), rules, physical=item.physical)
+
+
+def _with_board(verdict: Health, primary: str | None, own: Mapping[str, Health]) -> Health:
+    """A secondary partition's verdict with its physical GPU's (partition 0's) laid over it:
+    the worse of the two, the board's reasons named as partition 0's."""
+    board = own.get(primary) if primary is not None else None
+    if board is None or _RANK[board.state] <= _RANK[verdict.state]:
+        return verdict
+    reasons = tuple(
+        BOARD_REASON.format(gpu=primary) + reason
+        for reason in (board.reasons or (board.state.value,))
+    )
+    return Health(board.state, verdict.data_age_s, (*reasons, *verdict.reasons))
 
 
 def _gpu_verdict(

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field, StrictBool, StrictInt, field_validator
+from pydantic import Field, StrictBool, StrictInt, ValidationError, field_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from fleetd.configbase import Duration, HttpUrlText, Span, StrictModel, documents
 
@@ -29,7 +30,9 @@ class VllmWorkerConfig(StrictModel):
         min_length=1, max_length=MAX_GPU_INDEX + 1
     )
     """GPU indices the worker runs on (what HIP_VISIBLE_DEVICES gives it). Remediation drains every
-    worker with a GPU in the reset unit.
+    worker with a GPU in the reset unit. On a partitioned node (CPX, DPX, QPX) each partition is
+    a GPU index of its own (64 on an 8-GPU CPX node): a worker may own one or more partitions,
+    and no two workers the same one.
     """
     unit: str | None = Field(default=None, min_length=1, max_length=256)  # e.g. vllm@3.service
     """The worker's systemd unit (e.g. `vllm@3.service`), which remediation's `systemd` adapter
@@ -145,4 +148,31 @@ class VllmConfig(StrictModel):
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
             raise ValueError(f"worker names must be unique: {', '.join(repeated)}")
+        return value
+
+    @field_validator("workers")
+    @classmethod
+    @documents("GPU … is claimed by worker … and worker …: a GPU or partition has one worker")
+    def _one_worker_per_gpu(cls, value: list[VllmWorkerConfig]) -> list[VllmWorkerConfig]:
+        """Two workers on one GPU index (one partition, on a partitioned node) would both be
+        killed by its reset and fight over its memory: an error at the second claim."""
+        owner: dict[int, str] = {}
+        claims: list[InitErrorDetails] = []
+        for i, worker in enumerate(value):
+            for j, gpu in enumerate(worker.gpus):
+                first = owner.setdefault(gpu, worker.name)
+                if first != worker.name:
+                    message = (
+                        f"GPU {gpu} is claimed by worker {first!r} and worker {worker.name!r}: "
+                        "a GPU or partition has one worker"
+                    )
+                    claims.append(
+                        InitErrorDetails(
+                            type=PydanticCustomError("value_error", message),
+                            loc=(i, "gpus", j),
+                            input=gpu,
+                        )
+                    )
+        if claims:
+            raise ValidationError.from_exception_data(cls.__name__, claims)
         return value

@@ -131,6 +131,7 @@ def start_agent(
     registry: dict[str, object] | None = None,
     vllm: dict[str, object] | None = None,
     kernel_log: bool = False,
+    compute_partition: str = "SPX",
 ) -> Agent:
     """Build and start an agent whose files live under ``tmp``.
 
@@ -159,7 +160,7 @@ def start_agent(
         data["vllm"] = vllm
     if tls is not None:
         data["http"] |= {"tls_cert": str(tls[0]), "tls_key": str(tls[1])}
-    sim = build_node(model, seed=seed, clock=clock)
+    sim = build_node(model, seed=seed, clock=clock, compute_partition=compute_partition)
     daemon = Daemon(
         FleetdConfig.model_validate(data),
         clock=clock,

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from fleetd.clock import FakeClock
+from fleetd.collect.amdsmi_backend import AmdSmiBackend
 from fleetd.model import Snapshot
+from fleetd.sim import SimulatedAmdSmi, build_node
 
-from .conftest import make_rig
+from .conftest import find, make_rig
 
 BOARD_METRICS = {
     "fleetd_gpu_power_watts",
@@ -81,5 +85,137 @@ def test_a_reset_of_a_secondary_partition_goes_through_partition_0(clock: FakeCl
         rig.backend.reset_gpu(5)  # GPU 2's partition 1
         (record,) = rig.node.resets
         assert record.initiator == 2
+    finally:
+        rig.close()
+
+
+def test_secondaries_publish_no_self_metrics_for_collectors_that_do_not_apply(
+    clock: FakeClock,
+) -> None:
+    rig = make_rig(clock, model="MI300X", compute_partition="QPX")
+    try:
+        snap = rig.poll()
+
+        def collectors_of(gpu: int) -> set[str]:
+            return {
+                dict(r.labels)["collector"]
+                for r in snap.readings
+                if r.metric == "fleetd_gpu_readings_missing" and dict(r.labels)["gpu"] == str(gpu)
+            }
+
+        board = {"temperature", "power", "ecc", "pcie", "xgmi", "throttle"}
+        assert board <= collectors_of(0)  # partition 0 of physical GPU 0
+        assert collectors_of(1) == {"identity", "usage", "processes"}
+        # the node-wide self-metric of a board-level collector counts partition 0s only
+        assert all(c.success for c in snap.collectors), snap.collectors
+    finally:
+        rig.close()
+
+
+def test_a_hung_call_holds_its_physical_gpu_s_partitions_and_no_other(clock: FakeClock) -> None:
+    """The partitions of a physical GPU share one worker: a call hung on partition 0 leaves
+    its siblings unpolled (timeout), every other GPU's partitions are complete, and no
+    thread is started while it hangs."""
+    timeout = 1.0
+    rig = make_rig(clock, model="MI300X", compute_partition="CPX", gpu_timeout=timeout)
+    try:
+        rig.poll()
+        rig.node.inject(3, "hung_call", function="amdsmi_get_gpu_activity")
+        threads_before = set(threading.enumerate())
+        started = time.monotonic()
+        hung = rig.poll()
+        assert time.monotonic() - started < timeout + 1.0
+        held = set(range(24, 32))  # physical GPU 3's eight partitions
+        for status in hung.gpus:
+            assert status.responsive is (status.gpu.index not in held), status
+        assert "usage" in (hung.gpus[24].error or "")
+        assert "on 0000:" in (hung.gpus[25].error or "")  # held by a sibling's call
+        # partition 0's collectors before the hung one kept their readings
+        assert find(hung, "fleetd_gpu_power_watts", 24).value is not None
+        assert find(hung, "fleetd_gpu_utilization_ratio", 25, engine="gfx").reason == "timeout"
+        again = rig.poll()
+        assert all("still running" in (again.gpus[i].error or "") for i in held)
+        assert set(threading.enumerate()) - threads_before == set()
+        rig.node.release_hangs()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            recovered = rig.poll()
+            if all(s.responsive for s in recovered.gpus):
+                break
+        assert all(s.responsive for s in recovered.gpus)
+    finally:
+        rig.close()
+
+
+def _backend(
+    clock: FakeClock, compute: str, *, partition_unread: int | None = None
+) -> AmdSmiBackend:
+    """An MI300X node whose GPUs are in no XGMI hive (as PCIe cards are), optionally with the
+    partition-mode calls of one physical GPU answering NOT_SUPPORTED."""
+    node = build_node("MI300X", seed=7, clock=clock, compute_partition=compute)
+    for gpu in range(8):
+        node.inject(gpu, "unsupported_fields", fields=["amdsmi_get_xgmi_info.xgmi_hive_id"])
+    if partition_unread is not None:
+        node.inject(
+            partition_unread,
+            "unsupported_fields",
+            calls=["amdsmi_get_gpu_compute_partition", "amdsmi_get_gpu_memory_partition"],
+        )
+    return AmdSmiBackend(SimulatedAmdSmi(node))
+
+
+def test_without_a_hive_the_reset_unit_is_the_physical_gpu_with_all_its_partitions(
+    clock: FakeClock,
+) -> None:
+    backend = _backend(clock, "CPX")
+    try:
+        assert all(g.hive_id is None for g in backend.gpus())
+        assert backend.reset_unit(26) == list(range(24, 32))  # physical GPU 3's partitions
+        assert backend.reset_unit_note(26) is None
+    finally:
+        backend.close()
+
+
+def test_an_unreadable_partition_mode_makes_the_reset_unit_the_whole_node(
+    clock: FakeClock,
+) -> None:
+    """Physical GPU 3's eight devices look unpartitioned, but share a serial and a PCI device:
+    they may be partitions, so the unit fails safe to the whole node."""
+    backend = _backend(clock, "CPX", partition_unread=3)
+    try:
+        unread = [g for g in backend.gpus() if g.compute_partition is None]
+        assert [g.index for g in unread] == list(range(24, 32))
+        assert backend.reset_unit(26) == list(range(64))
+        assert backend.reset_unit(0) == list(range(64))
+        note = backend.reset_unit_note(26) or ""
+        assert "partition mode unreadable for GPU 24, 25" in note and "whole node" in note
+    finally:
+        backend.close()
+
+
+def test_an_unreadable_partition_mode_on_a_gpu_alone_on_its_pci_device_is_its_own_unit(
+    clock: FakeClock,
+) -> None:
+    """Topology proves it: nothing else has its serial or its PCI device."""
+    backend = _backend(clock, "SPX", partition_unread=2)
+    try:
+        assert backend.gpus()[2].compute_partition is None
+        assert backend.reset_unit(2) == [2]
+        assert backend.reset_unit_note(2) is None
+    finally:
+        backend.close()
+
+
+def test_a_physical_gpu_off_the_bus_takes_all_its_partitions_with_it(
+    clock: FakeClock, tmp_path: Path
+) -> None:
+    rig = make_rig(clock, model="MI300X", compute_partition="QPX", sysfs=tmp_path)
+    try:
+        rig.poll()
+        rig.node.inject(2, "gpu_off_bus")
+        snap = rig.poll()
+        gone = {s.gpu.index for s in snap.gpus if not s.present}
+        assert gone == set(range(8, 12)), gone  # physical GPU 2's four partitions
+        assert find(snap, "fleetd_gpu_utilization_ratio", 9, engine="gfx").reason == "gpu_missing"
     finally:
         rig.close()

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from fleetd.collect.base import Readings
 from fleetd.collect.source import GpuSource
 from fleetd.model import GpuIdentity, Reading
 
 INFO = "fleetd_gpu_info"
+_MEMO = "identity_info_labels"
 
 
 def info_labels(gpu: GpuIdentity) -> tuple[tuple[str, str], ...]:
@@ -35,6 +35,9 @@ class IdentityCollector:
     needs_gpu = False
 
     def collect(self, gpu: GpuSource, now: float) -> list[Reading]:
-        out = Readings(gpu.identity, now)
-        out.add(INFO, 1.0, labels=info_labels(gpu.identity))
-        return out.items
+        identity = gpu.identity
+        memo = gpu.memo()
+        known = memo.get(_MEMO)
+        if known is None or known[0] is not identity:  # built once per identity read
+            known = memo[_MEMO] = (identity, identity.labels_with(info_labels(identity)))
+        return [Reading(INFO, known[1], 1.0, now)]
