@@ -82,4 +82,5 @@ def start_heartbeat(
         cache_path=config.state_dir / FLEET_SILENCE_CACHE,
         remediation_mode=remediation.set_fleet_mode if remediation is not None else None,
         serving=serving,
+        caps=[c.to_json() for c in config.remediation.fleet.all_caps()],
     )

@@ -422,10 +422,18 @@ def drift_report(fleet: Fleet, tolerance: float, as_json: bool, show: int) -> No
 
 # ------------------------------------------------------------------------ remediation waves
 def set_wave(
-    fleet: Fleet, node_matchers: Sequence[str], mode: str, *, reason: str, actor: str
+    fleet: Fleet,
+    node_matchers: Sequence[str],
+    mode: str,
+    *,
+    reason: str,
+    actor: str,
+    force: bool = False,
 ) -> None:
-    """Store a wave (a bad matcher: refused with its position, exit 1) and say how many
-    registered nodes it names."""
+    """Store a wave (a bad matcher: refused with its position, exit 1; a wave turning ``on``
+    more GPUs of a group than its cap: refused with the numbers, unless ``force``) and say how
+    many registered nodes it names."""
+    from fleetd.cli.fleetctl_caps import check_wave
     from fleetd.registry.modes import FleetModeBook
     from fleetd.registry.silences import MatcherError, parse_matchers
 
@@ -433,6 +441,12 @@ def set_wave(
         nodes = parse_matchers(node_matchers, "node")
     except MatcherError as exc:
         raise Fail(f"refused: {exc}") from None
+    if mode == "on":
+        where = " ".join(format_matchers(nodes)) or "every node"
+        lines, forced = check_wave(fleet, nodes, where=where, force=force)
+        fleet.echo("\n".join(lines))
+        if forced:  # the audit trail keeps the numbers it was forced past
+            reason = f"{reason} [forced past a cap: {'; '.join(x.strip() for x in lines)}]"
     now = time.time()
     try:
         book = FleetModeBook(_need_db(fleet, "a remediation wave"), timeout=fleet.timeout)

@@ -37,6 +37,9 @@ class NodeVersions:
     firmware: str | None = None
     fleetd: str | None = None
     partition: str | None = None
+    gpus_physical: int | None = None
+    """Not a version: the node's physical GPUs (partition-0 devices), which the fleet caps
+    count (a percentage cap's group size)."""
 
     def get(self, component: str) -> str | None:
         value: str | None = getattr(self, component)
@@ -61,6 +64,7 @@ def node_versions(
     """The node's versions from its GPUs' identities and the amdsmi pair it runs."""
     models = Counter(g.model or g.product for g in gpus if g.model or g.product)
     return NodeVersions(
+        gpus_physical=sum(1 for g in gpus if g.primary),
         sku=models.most_common(1)[0][0] if models else None,
         driver=_distinct(g.driver_version for g in gpus),
         amdsmi=amdsmi,

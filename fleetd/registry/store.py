@@ -76,6 +76,10 @@ nodes_table = Table(
     Column("firmware_version", String(255), nullable=True),
     Column("partition_layout", String(128), nullable=True),
     Column("alerts_firing", Text, nullable=True),  # JSON list: fleetctl alerts --db
+    # fleet caps per label group (fleetd.remedy.caps): physical GPUs (a partitioned node's 64
+    # devices are 8), and the caps the node's own fleetd.yaml sets (JSON list)
+    Column("gpus_physical", Integer, nullable=True),
+    Column("caps", Text, nullable=True),
     Index("ix_fleet_nodes_heartbeat", "heartbeat_at"),
     Index("ix_fleet_nodes_sku", "sku"),
 )
@@ -225,11 +229,13 @@ class RegistryPublisher:
         *,
         versions: NodeVersions | None = None,
         alerts: Sequence[Mapping[str, Any]] | None = None,
+        caps: Sequence[Mapping[str, Any]] | None = None,
     ) -> NodeSummary:
         """Upsert the row of the node ``status`` describes, as of ``now``; returns the row.
 
-        ``versions`` (drift) and ``alerts`` (the firing alerts, for ``fleetctl alerts``) are
-        written when given."""
+        ``versions`` (drift), ``alerts`` (the firing alerts, for ``fleetctl alerts``) and
+        ``caps`` (the fleet caps its fleetd.yaml sets, for the wave check) are written when
+        given."""
         if not self._ready:
             self.ensure_schema()
         summary = summarize(status)
@@ -238,6 +244,8 @@ class RegistryPublisher:
             row.update(version_columns(versions))
         if alerts is not None:
             row["alerts_firing"] = json.dumps(list(alerts), sort_keys=True)
+        if caps is not None:
+            row["caps"] = json.dumps(list(caps), sort_keys=True)
         dialect = self._engine.dialect.name
         insert: Any = sqlite.insert
         if dialect == "postgresql":  # imported here: a node without a registry never loads it
@@ -287,7 +295,7 @@ class RegistryPublisher:
 
 def version_columns(versions: NodeVersions) -> dict[str, Any]:
     """The drift columns of a node's row."""
-    row: dict[str, Any] = {"sku": versions.sku}
+    row: dict[str, Any] = {"sku": versions.sku, "gpus_physical": versions.gpus_physical}
     for component, column in COMPONENTS.items():
         if component != "fleetd":  # ``version`` comes from the status document
             row[column] = versions.get(component)
