@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, delete, insert, inspect, select
+from sqlalchemy import Engine, delete, insert, inspect, literal, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from fleetd.query import Matcher
@@ -168,20 +168,17 @@ class FleetCapBook(RegistryBook):
 
     def members(self) -> list[tuple[Member, float]]:
         """Every registered node (labels with ``node``, physical GPUs, its fleetd.yaml's
-        caps) and its heartbeat time: one query."""
+        caps) and its heartbeat time: one query (none before the first heartbeat)."""
         t = nodes_table
         try:
             with self._engine.connect() as conn:
-                rows = conn.execute(
-                    select(
-                        t.c.node,
-                        t.c.labels,
-                        t.c.gpus_total,
-                        t.c.gpus_physical,
-                        t.c.caps,
-                        t.c.heartbeat_at,
-                    )
-                ).all()
+                if not inspect(conn).has_table(t.name):
+                    return []
+                present = {c["name"] for c in inspect(conn).get_columns(t.name)}
+                wanted = ("node", "labels", "gpus_total", "gpus_physical", "caps", "heartbeat_at")
+                # a table of an older fleetd, not yet upgraded by a newer agent's heartbeat
+                columns = [t.c[n] if n in present else literal(None).label(n) for n in wanted]
+                rows = conn.execute(select(*columns)).all()
         except SQLAlchemyError as exc:
             raise RegistryError(f"cannot read the registry: {describe_error(exc)}") from None
         out = []

@@ -28,7 +28,7 @@ NODE_COLUMNS = (
     "alerts_critical", "alerts_warning", "alerts_info", "remediation", "remediation_active",
     "data_age_s", "reasons", "version", "address", "heartbeat_at", "gpus_in_service", "labels",
     "sku", "driver_version", "amdsmi_version", "vbios_version", "firmware_version",
-    "partition_layout", "alerts_firing",
+    "partition_layout", "alerts_firing", "gpus_physical", "caps",
 )  # fmt: skip
 """The columns of the fleet table this reader knows (it reads them by name: a table from an
 older fleetd may lack the later ones)."""

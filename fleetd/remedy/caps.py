@@ -238,7 +238,8 @@ class WaveLoad:
 
     def text(self) -> str:
         return (
-            f"{group_text(self.group)}: {self.nodes} nodes, {self.gpus} GPUs newly on; "
+            f"{group_text(self.group)}: {self.nodes} node{'' if self.nodes == 1 else 's'}, "
+            f"{self.gpus} GPUs newly on; "
             f"{self.cap.describe(self.group, self.total)} ({self.cap.source})"
         )
 

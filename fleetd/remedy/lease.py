@@ -153,6 +153,8 @@ class SqlFleetLease:
         self._registry = registry
         self._stale_after = stale_after
         self._group_breakers = breaker.groups if registry else []
+        self._last_out = 0  # what out_of_service and breaker last read (shown in an outage)
+        self._last_breaker = BreakerStatus(False, scope=scope)
 
     @classmethod
     def local(
@@ -332,8 +334,16 @@ class SqlFleetLease:
             return [str(r) for r in rows]
 
     def out_of_service(self) -> int:
-        with self._read() as conn:
-            return self._out(conn)
+        """GPUs out under the lease; with the registry unreachable, the count last read (a
+        status page must not fail with it; decisions never use this)."""
+        try:
+            with self._read() as conn:
+                self._last_out = self._out(conn)
+        except SQLAlchemyError as exc:
+            if not self._registry:
+                raise
+            log.info("fleet_lease_unreadable", error=type(exc).__name__)
+        return self._last_out
 
     @staticmethod
     def _out(conn: Connection) -> int:
@@ -398,8 +408,19 @@ class SqlFleetLease:
         return None if row is None or row[0] is None else float(row[0])
 
     def breaker(self) -> BreakerStatus:
-        with self._read() as conn:
-            return self._breaker(conn)
+        """The breaker that stops this node's runs; with the registry unreachable, the one
+        last read, saying so (``acquire`` refuses every run meanwhile)."""
+        try:
+            with self._read() as conn:
+                self._last_breaker = self._breaker(conn)
+                return self._last_breaker
+        except SQLAlchemyError as exc:
+            if not self._registry:
+                raise
+            last = self._last_breaker
+            why = f"the registry is unreachable ({type(exc).__name__}): last read"
+            reason = f"{last.reason}; {why}" if last.reason else why
+            return BreakerStatus(last.tripped, reason, last.tripped_at, scope=last.scope)
 
     def _breaker(self, conn: Connection) -> BreakerStatus:
         """The fleet's breaker, else the first open breaker of this node's groups."""
