@@ -352,7 +352,7 @@ DRIFT_COLUMNS = (
 
 def drift_report(fleet: Fleet, tolerance: float, as_json: bool, show: int) -> None:
     """SKU groups and their minority versions from one query; exit 1 when there is drift."""
-    from fleetd.registry.drift import fleet_drift
+    from fleetd.registry.drift import fleet_drift, shown_versions
     from fleetd.registry.reader import RegistryError, RegistryReader
 
     reader = RegistryReader(_need_db(fleet, "drift"), timeout=fleet.timeout)
@@ -393,6 +393,7 @@ def drift_report(fleet: Fleet, tolerance: float, as_json: bool, show: int) -> No
         raise SystemExit(code)
     rows = []
     for m in minorities:
+        majority, version = shown_versions(m.component, m.version, m.majority)
         shown = ", ".join(m.nodes[:show])
         if len(m.nodes) > show:
             shown += f" (+{len(m.nodes) - show})"
@@ -401,8 +402,8 @@ def drift_report(fleet: Fleet, tolerance: float, as_json: bool, show: int) -> No
                 Cell(m.sku),
                 Cell(str(m.group_size)),
                 Cell(m.component),
-                Cell(m.majority),
-                Cell(m.version, "yellow"),
+                Cell(majority),
+                Cell(version, "yellow"),
                 Cell(str(len(m.nodes))),
                 Cell(shown),
             ]

@@ -75,6 +75,40 @@ def node_versions(
     )
 
 
+def firmware_text(per_gpu: Iterable[Mapping[str, str] | None]) -> str | None:
+    """One text for the node's firmware: ``BLOCK=VERSION`` per block, sorted, space separated
+    (``PSP_SOSDRV=00.36.02.59 PM=00.85.114.00 …``); a block whose GPUs differ shows their
+    versions joined by ``|``. GPUs whose firmware could not be read are left out; None when
+    none could be."""
+    versions: dict[str, set[str]] = {}
+    for blocks in per_gpu:
+        for name, version in (blocks or {}).items():
+            versions.setdefault(name, set()).add(version)
+    if not versions:
+        return None
+    return " ".join(f"{name}={'|'.join(sorted(v))}" for name, v in sorted(versions.items()))
+
+
+def shown_versions(component: str, version: str, majority: str) -> tuple[str, str]:
+    """(majority, version) as ``fleetctl drift``'s table shows them: for firmware only the
+    blocks that differ (the whole list is a few hundred characters)."""
+    if component != "firmware":
+        return majority, version
+    mine, theirs = _blocks(version), _blocks(majority)
+    names = sorted(n for n in mine.keys() | theirs.keys() if mine.get(n) != theirs.get(n))
+    if not names:
+        return majority, version
+
+    def text(blocks: Mapping[str, str]) -> str:
+        return " ".join(f"{n}={blocks.get(n, '-')}" for n in names)
+
+    return text(theirs), text(mine)
+
+
+def _blocks(text: str) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in text.split() if "=" in item)
+
+
 def partition_layout(modes: Sequence[tuple[int, str | None, str | None]]) -> str | None:
     """``SPX/NPS1`` from each GPU's (index, compute mode, memory mode); distinct layouts
     joined by ``|``; None when no GPU could say."""

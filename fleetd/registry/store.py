@@ -73,7 +73,7 @@ nodes_table = Table(
     Column("driver_version", String(128), nullable=True),
     Column("amdsmi_version", String(128), nullable=True),
     Column("vbios_version", String(255), nullable=True),
-    Column("firmware_version", String(255), nullable=True),
+    Column("firmware_version", Text, nullable=True),  # every block: VARCHAR(255) before
     Column("partition_layout", String(128), nullable=True),
     Column("alerts_firing", Text, nullable=True),  # JSON list: fleetctl alerts --db
     # fleet caps per label group (fleetd.remedy.caps): physical GPUs (a partitioned node's 64
@@ -175,8 +175,31 @@ class RegistryPublisher:
                     f"cannot create the registry table: {describe_error(exc)}"
                 ) from None
         self._add_missing_columns()
+        self._widen_columns()
         self._add_missing_indexes()
         self._ready = True
+
+    def _widen_columns(self) -> None:
+        """``firmware_version`` holds every firmware block since fleetd read them: TEXT, not
+        the VARCHAR(255) an older fleetd created (PostgreSQL enforces the length; SQLite
+        does not). Cheap and idempotent: no rewrite from VARCHAR to TEXT."""
+        if self._engine.dialect.name != "postgresql":
+            return
+        try:
+            columns = inspect(self._engine).get_columns(nodes_table.name)
+        except SQLAlchemyError as exc:
+            raise RegistryError(f"cannot read the registry table: {describe_error(exc)}") from None
+        kind = {c["name"]: c["type"] for c in columns}.get("firmware_version")
+        if kind is None or getattr(kind, "length", None) is None:
+            return
+        ddl = f"ALTER TABLE {nodes_table.name} ALTER COLUMN firmware_version TYPE TEXT"
+        try:
+            with self._engine.begin() as conn:
+                conn.exec_driver_sql(ddl)
+        except SQLAlchemyError as exc:
+            raise RegistryError(
+                f"cannot widen firmware_version in the registry table: {describe_error(exc)}"
+            ) from None
 
     def _add_missing_indexes(self) -> None:
         """Indexes a newer fleetd declares on a table an older one created (``sku``, which
