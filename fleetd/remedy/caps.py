@@ -275,7 +275,8 @@ def registry_caps(rows: Iterable[Mapping[Any, Any]]) -> list[Cap]:
             names = json.loads(str(row["group_by"]))
             if not isinstance(names, list):
                 raise ValueError("group_by is not a list")
-            out.append(Cap.of([str(n) for n in names], str(row["max"]), f"registry {row['id']}"))
+            source = f"registry cap {str(row['id'])[:8]}"
+            out.append(Cap.of([str(n) for n in names], str(row["max"]), source))
         except ValueError as exc:
             raise ValueError(f"fleet_remediation_caps row {row['id']}: {exc}") from None
     return out
