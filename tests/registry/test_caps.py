@@ -236,6 +236,12 @@ def test_a_breaker_per_rack_stops_that_rack_only(pg_url: str) -> None:
         assert not denied.granted and "circuit breaker open (fleet/rack=r2)" in denied.reason
         assert c.acquire(node="c", run_id="y", gpus=[0], manual=False, now=NOW + 3).granted
         assert not c.breaker().tripped and a.breaker().tripped
+        publish(pg_url, {"a": ({"rack": "r2"}, 8, 8)}, time.time())
+        view, _ = run_fleetctl("status", "--db", pg_url)
+        assert (
+            "circuit breaker OPEN for rack=r2: 2 GPUs of rack=r2 failed within 300s (limit 2)"
+            in view.output
+        )
         # the fleet-wide breaker still counts every rack: the 4th distinct GPU opens it
         fleet = c.record_failure(node="c", gpu=1, run_id=None, now=NOW + 4)
         assert fleet.tripped and fleet.scope == "fleet" and "4 GPUs failed" in (fleet.reason or "")
