@@ -100,9 +100,10 @@ def list_caps(fleet: Fleet, *, as_json: bool) -> None:
 
 def check_wave(
     fleet: Fleet, nodes: tuple[Matcher, ...], *, where: str, force: bool
-) -> tuple[list[str], bool]:
+) -> tuple[list[str], bool, tuple[int, int]]:
     """Refuse (exit 1) a wave turning ``on`` more GPUs of a group than its cap, with the
-    numbers; returns the lines to print and whether it was forced past a cap."""
+    numbers; returns the lines to print, whether it was forced past a cap, and how many
+    registered nodes it names of how many."""
     from fleetd.registry.caps import check_wave as check
     from fleetd.registry.modes import FleetModeBook
 
@@ -110,10 +111,11 @@ def check_wave(
     book = _cap_book(fleet)
     try:
         modes = FleetModeBook("", engine=book.engine)
+        members = _registry_call(book.members)
         result: WaveCheck = check(
             nodes,
             waves=_registry_call(modes.all),
-            members=_registry_call(book.members),
+            members=members,
             caps=[s.cap for s in _registry_call(book.all)],
             now=now,
             stale_after=fleet.stale_after,
@@ -137,7 +139,8 @@ def check_wave(
                 ]
             )
         )
-    return [head + (" (forced past a cap)" if result.refused else ""), *lines], result.refused
+    head += " (forced past a cap)" if result.refused else ""
+    return [head, *lines], result.refused, (result.nodes, len(members))
 
 
 def _load_line(load: Any) -> str:

@@ -442,9 +442,10 @@ def set_wave(
         nodes = parse_matchers(node_matchers, "node")
     except MatcherError as exc:
         raise Fail(f"refused: {exc}") from None
+    counted: tuple[int, int] | None = None  # (named, registered) as the cap check read them
     if mode == "on":
         where = " ".join(format_matchers(nodes)) or "every node"
-        lines, forced = check_wave(fleet, nodes, where=where, force=force)
+        lines, forced, counted = check_wave(fleet, nodes, where=where, force=force)
         fleet.echo("\n".join(lines))
         if forced:  # the audit trail keeps the numbers it was forced past
             reason = f"{reason} [forced past a cap: {'; '.join(x.strip() for x in lines)}]"
@@ -460,17 +461,24 @@ def set_wave(
     finally:
         book.close()
     where = " ".join(format_matchers(nodes)) or "every node"
-    try:
-        registry = read_fleet(fleet, now)
-    except Unreachable:  # no agent has published yet: the wave is stored all the same
-        count = "no node registered yet"
+    if counted is not None and counted[1]:  # one read of the fleet, not two
+        count = f"{counted[0]} of {counted[1]} registered nodes"
     else:
-        named = sum(1 for n in registry if wave.applies_to(n.summary.node, dict(n.summary.labels)))
-        count = f"{named} of {len(registry)} registered nodes"
+        count = _registered(fleet, wave, now)
     fleet.echo(
         f"wave {wave.id}: remediation mode {mode} for {where} ({count}); "
         "agents take it at their next heartbeat"
     )
+
+
+def _registered(fleet: Fleet, wave: Any, now: float) -> str:
+    """How many registered nodes ``wave`` names, of how many."""
+    try:
+        registry = read_fleet(fleet, now)
+    except Unreachable:  # no agent has published yet: the wave is stored all the same
+        return "no node registered yet"
+    named = sum(1 for n in registry if wave.applies_to(n.summary.node, dict(n.summary.labels)))
+    return f"{named} of {len(registry)} registered nodes"
 
 
 def format_matchers(matchers: Sequence[Any]) -> list[str]:

@@ -182,15 +182,19 @@ class FleetCapBook(RegistryBook):
         except SQLAlchemyError as exc:
             raise RegistryError(f"cannot read the registry: {describe_error(exc)}") from None
         out = []
+        parsed: dict[str, tuple[Cap, ...]] = {}  # a fleet's nodes mostly share one config
         for node, labels, total, physical, caps, at in rows:
-            own = []
-            for data in json.loads(caps) if caps else []:
-                own.append(Cap.from_json(data, f"fleetd.yaml of {node}"))
+            template = parsed.get(caps or "")
+            if template is None:  # parsed and checked once per distinct text
+                data = json.loads(caps) if caps else []
+                template = tuple(Cap.from_json(d, "fleetd.yaml") for d in data)
+                parsed[caps or ""] = template
+            source = f"fleetd.yaml of {node}"
             member = Member(
                 str(node),
                 {**(labels_of(labels) or {}), "node": str(node)},
                 int(physical if physical is not None else total or 0),
-                tuple(own),
+                tuple(Cap(c.group_by, c.count, c.percent, source) for c in template),
             )
             out.append((member, float(at)))
         return out
