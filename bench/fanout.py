@@ -9,7 +9,10 @@
    older driver) and its firing alerts (1 % of nodes with one): ``fleetctl status --db``,
    ``fleetctl drift --db`` and ``fleetctl alerts --db`` read them, one query each.
    Target: ≤ 1 s each.
-3. Fleet-silence propagation on that registry: ``fleetctl silence add --fleet`` (a real
+3. Fleet caps on that registry (each node's fleetd.yaml caps its cluster at 10 %): the wave
+   check of ``fleetctl remediation mode on`` (accepted for a rack, refused for a cluster) and
+   an agent's lease under the percentage cap.
+4. Fleet-silence propagation on that registry: ``fleetctl silence add --fleet`` (a real
    process), then an agent's heartbeat pull (the query and the node-matcher filter, among
    50 other live fleet silences) until it holds the silence. An agent pulls once per
    ``registry.heartbeat_interval`` (15 s by default), so the worst case adds one interval.
@@ -229,8 +232,62 @@ def registry_rows(count: int, now: float) -> list[dict[str, Any]]:
                  "acknowledged": False, "fingerprint": f"{index:016x}"}
             )  # fmt: skip
         row["alerts_firing"] = json.dumps(firing)
+        row["gpus_physical"] = 8
+        row["caps"] = json.dumps(CAPS)  # what each node's fleetd.yaml sets (the wave check)
         rows.append(row)
     return rows
+
+
+FRESH = ["--stale-after", "3600"]  # the rows were written minutes ago on a loaded machine
+CAPS = [{"group_by": [], "max": "10000"}, {"group_by": ["cluster"], "max": "10%"}]
+"""Each registry node's caps: 10 % of its cluster (1,000 nodes, 8,000 GPUs: 800)."""
+
+
+def bench_caps(url: str, runs: int) -> dict[str, Any]:
+    """The fleet caps on 10,000 registry nodes: ``fleetctl remediation mode on`` checking a
+    wave (a real process: one rack of 20 nodes accepted, a cluster of 1,000 refused), and an
+    agent's lease under a 10 % cluster cap (the group's size read in the lease's transaction)."""
+    from fleetd.remedy.config import FleetConfig
+    from fleetd.remedy.lease import SqlFleetLease
+
+    waves, accepted_ok = [], True
+    for run in range(runs):  # a new rack each run: a rack already on is not newly enabled
+        rack = f'rack="r{7 + run:03d}"'
+        wall, done = fleetctl(
+            ["remediation", "mode", "on", "--db", url, "-n", rack, "-r", "b", *FRESH]
+        )
+        waves.append(wall)
+        accepted_ok = accepted_ok and done.returncode == 0
+        accepted_ok = accepted_ok and "20 of 20 named nodes newly on, 160 GPUs" in done.stdout
+    accepted = {"seconds": statistics.median(waves), "complete": accepted_ok}
+    refused = timed(
+        ["remediation", "mode", "on", "--db", url, "-n", 'cluster="c3"', "-r", "bench", *FRESH],
+        runs,
+        lambda d: d.returncode == 1 and "cap 10% of cluster=c3 (800 of 8000 GPUs)" in d.stderr,
+    )
+    config = FleetConfig.model_validate({"max_gpus_out": 10_000, "caps": CAPS[1:]})
+    lease = SqlFleetLease.shared(
+        url, config, node="gpu-node-00004", labels={"cluster": "c3"}, stale_after=3600
+    )
+    walls, complete = [], True
+    try:
+        for run in range(runs):
+            started = time.perf_counter()
+            decision = lease.acquire(
+                node="gpu-node-00004", run_id=f"bench{run}", gpus=range(8), manual=False,
+                now=time.time(),
+            )  # fmt: skip
+            walls.append(time.perf_counter() - started)
+            complete = complete and decision.granted
+            lease.release(f"bench{run}")
+    finally:
+        lease.dispose()
+    return {
+        "wave_accepted_s": accepted["seconds"],
+        "wave_refused_s": refused["seconds"],
+        "lease_s": statistics.median(walls),
+        "complete": accepted["complete"] and refused["complete"] and complete,
+    }
 
 
 def timed(args: list[str], runs: int, ok: Any) -> dict[str, Any]:
@@ -327,6 +384,7 @@ def bench_registry(count: int, runs: int) -> dict[str, Any]:
                 lambda d: d.returncode == 0 and len(json.loads(d.stdout)["alerts"]) == firing,
             ),
             "silence": bench_silence(url, runs, now),
+            "caps": bench_caps(url, runs),
         }
     finally:
         engine.dispose()
@@ -375,6 +433,10 @@ def main() -> None:
                 "silence_add_s": round(registry["silence"]["add_s"], 3),
                 "silence_pull_s": round(registry["silence"]["pull_s"], 4),
                 "silence_complete": registry["silence"]["complete"],
+                "wave_check_accepted_s": round(registry["caps"]["wave_accepted_s"], 3),
+                "wave_check_refused_s": round(registry["caps"]["wave_refused_s"], 3),
+                "lease_under_percentage_cap_s": round(registry["caps"]["lease_s"], 4),
+                "caps_complete": registry["caps"]["complete"],
                 "silence_propagation_worst_s": round(
                     registry["silence"]["seconds"] + args.heartbeat_interval, 3
                 ),

@@ -18,7 +18,7 @@ from fleetd.api.services import ApiServices
 from fleetd.collect.amdsmi_backend import AmdSmiBackend
 from fleetd.config import FleetdConfig
 from fleetd.doctor import partition_modes
-from fleetd.registry.drift import NodeVersions, node_versions, partition_layout
+from fleetd.registry.drift import NodeVersions, firmware_text, node_versions, partition_layout
 from fleetd.registry.heartbeat import RegistryHeartbeat, default_address
 from fleetd.remedy.service import Remediation
 from fleetd.vllm.peers import PeerComparison
@@ -48,7 +48,14 @@ class NodeVersionReader:
             with self._poller.lock:
                 modes = partition_modes(self._backend)
             self._partition = (key, partition_layout(modes))
-        return node_versions(gpus, amdsmi=amdsmi, fleetd=__version__, partition=self._partition[1])
+        firmware = firmware_text(self._backend.firmware().values())  # read at discovery
+        return node_versions(
+            gpus,
+            amdsmi=amdsmi,
+            fleetd=__version__,
+            firmware=firmware,
+            partition=self._partition[1],
+        )
 
 
 def start_heartbeat(
@@ -82,4 +89,5 @@ def start_heartbeat(
         cache_path=config.state_dir / FLEET_SILENCE_CACHE,
         remediation_mode=remediation.set_fleet_mode if remediation is not None else None,
         serving=serving,
+        caps=[c.to_json() for c in config.remediation.fleet.all_caps()],
     )

@@ -43,8 +43,15 @@ def build_lease(config: FleetdConfig, db: Database) -> FleetLease:
     fleet = config.remediation.fleet
     registry = config.registry
     if registry.url is not None:
-        return SqlFleetLease.shared(registry.url.reveal(), fleet, timeout=registry.timeout)
-    return SqlFleetLease.local(db, config.node.name, fleet)
+        return SqlFleetLease.shared(
+            registry.url.reveal(),
+            fleet,
+            timeout=registry.timeout,
+            node=config.node.name,
+            labels=config.node.labels,
+            stale_after=registry.stale_after,
+        )
+    return SqlFleetLease.local(db, config.node.name, fleet, config.node.labels)
 
 
 def build_remediation(

@@ -578,13 +578,70 @@ def _simple_change(path: str, verb: str) -> Callable[..., None]:
     help='The nodes of this wave, by labels and name (cluster="eu1", rack="r12"); repeat '
     "for several; none: every node.",
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Store an `on` wave that newly enables more GPUs of a group than its cap (the audit "
+    "trail keeps the numbers).",
+)
 @reason_option
 @fleet_options
-def remediation_mode(mode: str, node_matchers: tuple[str, ...], reason: str, **kw: Any) -> None:
+def remediation_mode(
+    mode: str, node_matchers: tuple[str, ...], reason: str, force: bool, **kw: Any
+) -> None:
     """A wave: set the remediation MODE of the nodes the matchers accept, through the registry
     (--db); agents take it at their next heartbeat. ``local``: back to each node's fleetd.yaml.
-    A node whose fleetd.yaml says ``off`` stays off."""
-    set_wave(_fleet(kw), node_matchers, mode, reason=reason, actor=actor())
+    A node whose fleetd.yaml says ``off`` stays off. An ``on`` wave that would newly enable more
+    GPUs in a label group than the group's fleet cap is refused with the numbers."""
+    set_wave(_fleet(kw), node_matchers, mode, reason=reason, actor=actor(), force=force)
+
+
+@remediation_group.group("cap")
+def remediation_cap() -> None:
+    """Fleet caps per label group set through the registry (--db): add, list, remove."""
+
+
+@remediation_cap.command("add")
+@click.option(
+    "--group-by",
+    "-g",
+    "group_by",
+    multiple=True,
+    help="A node label that forms the groups (cluster, rack, node, …); repeat for several; "
+    "none: the whole fleet.",
+)
+@click.option(
+    "--max", "max_", required=True, help="GPUs out per group: a count (16) or a share (10%)."
+)
+@reason_option
+@fleet_options
+def remediation_cap_add(group_by: tuple[str, ...], max_: str, reason: str, **kw: Any) -> None:
+    """Cap the physical GPUs out of service at once in each label group (agents apply it at
+    their next lease, besides their fleetd.yaml's caps)."""
+    from fleetd.cli.fleetctl_caps import add_cap
+
+    add_cap(_fleet(kw), group_by, max_, reason=reason, actor=actor())
+
+
+@remediation_cap.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@fleet_options
+def remediation_cap_list(as_json: bool, **kw: Any) -> None:
+    """The caps set through the registry."""
+    from fleetd.cli.fleetctl_caps import list_caps
+
+    list_caps(_fleet(kw), as_json=as_json)
+
+
+@remediation_cap.command("remove")
+@click.argument("cap_id")
+@reason_option
+@fleet_options
+def remediation_cap_remove(cap_id: str, reason: str, **kw: Any) -> None:
+    """Remove the cap CAP_ID (or a unique prefix of it)."""
+    from fleetd.cli.fleetctl_caps import remove_cap
+
+    remove_cap(_fleet(kw), cap_id, reason=reason, actor=actor())
 
 
 @remediation_group.command("waves")

@@ -352,7 +352,7 @@ DRIFT_COLUMNS = (
 
 def drift_report(fleet: Fleet, tolerance: float, as_json: bool, show: int) -> None:
     """SKU groups and their minority versions from one query; exit 1 when there is drift."""
-    from fleetd.registry.drift import fleet_drift
+    from fleetd.registry.drift import fleet_drift, shown_versions
     from fleetd.registry.reader import RegistryError, RegistryReader
 
     reader = RegistryReader(_need_db(fleet, "drift"), timeout=fleet.timeout)
@@ -393,6 +393,7 @@ def drift_report(fleet: Fleet, tolerance: float, as_json: bool, show: int) -> No
         raise SystemExit(code)
     rows = []
     for m in minorities:
+        majority, version = shown_versions(m.component, m.version, m.majority)
         shown = ", ".join(m.nodes[:show])
         if len(m.nodes) > show:
             shown += f" (+{len(m.nodes) - show})"
@@ -401,8 +402,8 @@ def drift_report(fleet: Fleet, tolerance: float, as_json: bool, show: int) -> No
                 Cell(m.sku),
                 Cell(str(m.group_size)),
                 Cell(m.component),
-                Cell(m.majority),
-                Cell(m.version, "yellow"),
+                Cell(majority),
+                Cell(version, "yellow"),
                 Cell(str(len(m.nodes))),
                 Cell(shown),
             ]
@@ -422,10 +423,18 @@ def drift_report(fleet: Fleet, tolerance: float, as_json: bool, show: int) -> No
 
 # ------------------------------------------------------------------------ remediation waves
 def set_wave(
-    fleet: Fleet, node_matchers: Sequence[str], mode: str, *, reason: str, actor: str
+    fleet: Fleet,
+    node_matchers: Sequence[str],
+    mode: str,
+    *,
+    reason: str,
+    actor: str,
+    force: bool = False,
 ) -> None:
-    """Store a wave (a bad matcher: refused with its position, exit 1) and say how many
-    registered nodes it names."""
+    """Store a wave (a bad matcher: refused with its position, exit 1; a wave turning ``on``
+    more GPUs of a group than its cap: refused with the numbers, unless ``force``) and say how
+    many registered nodes it names."""
+    from fleetd.cli.fleetctl_caps import check_wave
     from fleetd.registry.modes import FleetModeBook
     from fleetd.registry.silences import MatcherError, parse_matchers
 
@@ -433,6 +442,13 @@ def set_wave(
         nodes = parse_matchers(node_matchers, "node")
     except MatcherError as exc:
         raise Fail(f"refused: {exc}") from None
+    counted: tuple[int, int] | None = None  # (named, registered) as the cap check read them
+    if mode == "on":
+        where = " ".join(format_matchers(nodes)) or "every node"
+        lines, forced, counted = check_wave(fleet, nodes, where=where, force=force)
+        fleet.echo("\n".join(lines))
+        if forced:  # the audit trail keeps the numbers it was forced past
+            reason = f"{reason} [forced past a cap: {'; '.join(x.strip() for x in lines)}]"
     now = time.time()
     try:
         book = FleetModeBook(_need_db(fleet, "a remediation wave"), timeout=fleet.timeout)
@@ -445,17 +461,24 @@ def set_wave(
     finally:
         book.close()
     where = " ".join(format_matchers(nodes)) or "every node"
-    try:
-        registry = read_fleet(fleet, now)
-    except Unreachable:  # no agent has published yet: the wave is stored all the same
-        count = "no node registered yet"
+    if counted is not None and counted[1]:  # one read of the fleet, not two
+        count = f"{counted[0]} of {counted[1]} registered nodes"
     else:
-        named = sum(1 for n in registry if wave.applies_to(n.summary.node, dict(n.summary.labels)))
-        count = f"{named} of {len(registry)} registered nodes"
+        count = _registered(fleet, wave, now)
     fleet.echo(
         f"wave {wave.id}: remediation mode {mode} for {where} ({count}); "
         "agents take it at their next heartbeat"
     )
+
+
+def _registered(fleet: Fleet, wave: Any, now: float) -> str:
+    """How many registered nodes ``wave`` names, of how many."""
+    try:
+        registry = read_fleet(fleet, now)
+    except Unreachable:  # no agent has published yet: the wave is stored all the same
+        return "no node registered yet"
+    named = sum(1 for n in registry if wave.applies_to(n.summary.node, dict(n.summary.labels)))
+    return f"{named} of {len(registry)} registered nodes"
 
 
 def format_matchers(matchers: Sequence[Any]) -> list[str]:

@@ -135,6 +135,8 @@ def rows_from_registry(fleet: Fleet, now: float) -> tuple[list[FleetRow], list[s
         notes.append(f"fleet remediation: {limits.gpus_out_of_service} GPUs out of service")
         if limits.breaker_tripped:
             notes.append(f"circuit breaker OPEN: {limits.breaker_reason}")
+        for scope, why in limits.groups_open:  # a label group's (fleet/rack=r2)
+            notes.append(f"circuit breaker OPEN for {scope.removeprefix('fleet/')}: {why}")
     return rows, notes
 
 

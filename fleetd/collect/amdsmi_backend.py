@@ -492,6 +492,7 @@ class AmdSmiBackend:
         self._lock = threading.RLock()
         self._global = threading.Lock()  # library-wide calls, one at a time (see _global_call)
         self._gpus: list[AmdSmiGpu] = []  # index order; index == position
+        self._firmware: dict[str, dict[str, str] | None] = {}  # physical GPU's BDF → blocks
         self._closed = False
         self.ras_blocks: Mapping[str, int] = self._read_ras_blocks()
         self.abi = self._check_abi(allow_unsafe_library)
@@ -661,6 +662,8 @@ class AmdSmiBackend:
                 known = by_bdf.get(bdf)
                 index = known.identity.index if known is not None else len(self._gpus)
                 identity, hive_unknown = self._identity(index, bdf, handle)
+                if identity.primary:  # static: read at discovery, once per physical GPU
+                    self._firmware[bdf] = self._read_firmware(index, bdf, handle)
                 if known is None:
                     known = AmdSmiGpu(self, identity, handle)
                     self._gpus.append(known)
@@ -673,6 +676,23 @@ class AmdSmiBackend:
                 if gpu.identity.bdf not in seen and gpu.present:
                     gpu._vanish()
                     log.warning("gpu_missing", gpu=gpu.identity.index, bdf=gpu.identity.bdf)
+
+    def _read_firmware(self, index: int, bdf: str, handle: Any) -> dict[str, str] | None:
+        """``amdsmi_get_fw_info``: block name → version; None when the call fails (missing,
+        never an empty list)."""
+        try:
+            result = self.call("amdsmi_get_fw_info", handle)
+        except ReadError as exc:
+            log.info("gpu_firmware_unreadable", gpu=index, bdf=bdf, reason=exc.reason)
+            return None
+        return firmware_blocks(result)
+
+    def firmware(self) -> dict[str, dict[str, str] | None]:
+        """The firmware blocks of every present physical GPU as read at discovery, keyed by
+        its partition-0 BDF (None: the call failed on that GPU)."""
+        with self._lock:
+            present = {g.identity.bdf for g in self._gpus if g.present and g.identity.primary}
+            return {bdf: blocks for bdf, blocks in self._firmware.items() if bdf in present}
 
     # --- per-port baselines ------------------------------------------------------------------
     def _load_baselines(self) -> dict[str, dict[str, Any]]:
@@ -1031,3 +1051,24 @@ class AmdSmiBackend:
                 self._global_call("amdsmi_shut_down")
             except Exception as exc:
                 log.warning("amdsmi_shut_down_failed", reason=self._read_error(exc).reason)
+
+
+_FW_PREFIX = "AMDSMI_FW_ID_"
+
+
+def firmware_blocks(result: object) -> dict[str, str] | None:
+    """``{"fw_list": [{"fw_name": AmdSmiFwBlock member, "fw_version": str}]}`` → block name
+    (``PSP_SOSDRV``) → version; None when the result has no list. Entries without a usable
+    version ("N/A", empty) are left out."""
+    if not isinstance(result, dict) or not isinstance(result.get("fw_list"), list):
+        return None
+    out: dict[str, str] = {}
+    for entry in result["fw_list"]:
+        if not isinstance(entry, dict):
+            continue
+        name = entry.get("fw_name")
+        label = getattr(name, "name", name)
+        version = parse.text(entry.get("fw_version"))
+        if isinstance(label, str) and version is not None:
+            out[label.removeprefix(_FW_PREFIX)] = version
+    return out

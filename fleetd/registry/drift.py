@@ -37,6 +37,9 @@ class NodeVersions:
     firmware: str | None = None
     fleetd: str | None = None
     partition: str | None = None
+    gpus_physical: int | None = None
+    """Not a version: the node's physical GPUs (partition-0 devices), which the fleet caps
+    count (a percentage cap's group size)."""
 
     def get(self, component: str) -> str | None:
         value: str | None = getattr(self, component)
@@ -61,6 +64,7 @@ def node_versions(
     """The node's versions from its GPUs' identities and the amdsmi pair it runs."""
     models = Counter(g.model or g.product for g in gpus if g.model or g.product)
     return NodeVersions(
+        gpus_physical=sum(1 for g in gpus if g.primary),
         sku=models.most_common(1)[0][0] if models else None,
         driver=_distinct(g.driver_version for g in gpus),
         amdsmi=amdsmi,
@@ -69,6 +73,40 @@ def node_versions(
         fleetd=fleetd,
         partition=partition,
     )
+
+
+def firmware_text(per_gpu: Iterable[Mapping[str, str] | None]) -> str | None:
+    """One text for the node's firmware: ``BLOCK=VERSION`` per block, sorted, space separated
+    (``PSP_SOSDRV=00.36.02.59 PM=00.85.114.00 …``); a block whose GPUs differ shows their
+    versions joined by ``|``. GPUs whose firmware could not be read are left out; None when
+    none could be."""
+    versions: dict[str, set[str]] = {}
+    for blocks in per_gpu:
+        for name, version in (blocks or {}).items():
+            versions.setdefault(name, set()).add(version)
+    if not versions:
+        return None
+    return " ".join(f"{name}={'|'.join(sorted(v))}" for name, v in sorted(versions.items()))
+
+
+def shown_versions(component: str, version: str, majority: str) -> tuple[str, str]:
+    """(majority, version) as ``fleetctl drift``'s table shows them: for firmware only the
+    blocks that differ (the whole list is a few hundred characters)."""
+    if component != "firmware":
+        return majority, version
+    mine, theirs = _blocks(version), _blocks(majority)
+    names = sorted(n for n in mine.keys() | theirs.keys() if mine.get(n) != theirs.get(n))
+    if not names:
+        return majority, version
+
+    def text(blocks: Mapping[str, str]) -> str:
+        return " ".join(f"{n}={blocks.get(n, '-')}" for n in names)
+
+    return text(theirs), text(mine)
+
+
+def _blocks(text: str) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in text.split() if "=" in item)
 
 
 def partition_layout(modes: Sequence[tuple[int, str | None, str | None]]) -> str | None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from fleetd.alert.silence_store import Silence, silence_from_json, silence_json
@@ -58,6 +58,8 @@ class RegistryHeartbeat:
         versions: what this node runs (drift detection); None publishes no versions.
         cache_path: where the fleet silences last read are kept across restarts (JSON);
             None keeps them in memory only.
+        caps: the fleet caps this node's fleetd.yaml sets (``Cap.to_json``), published so
+            ``fleetctl remediation mode`` checks a wave against them; None publishes none.
     """
 
     def __init__(
@@ -70,6 +72,7 @@ class RegistryHeartbeat:
         cache_path: Path | None = None,
         remediation_mode: Callable[[str | None], None] | None = None,
         serving: PeerComparison | None = None,
+        caps: Sequence[Mapping[str, object]] | None = None,
     ) -> None:
         if config.url is None:
             raise ValueError("the registry heartbeat needs registry.url")
@@ -79,6 +82,7 @@ class RegistryHeartbeat:
         self._cache_path = cache_path
         self._set_mode = remediation_mode
         self._serving = serving
+        self._caps = list(caps) if caps is not None else None  # fleetd.yaml's fleet caps
         self._serving_ok = False
         self.fleet_mode: str | None = None  # the mode the newest applicable wave sets
         self._publisher = RegistryPublisher(
@@ -151,7 +155,7 @@ class RegistryHeartbeat:
             for a in firing(current_alerts(self._services, now))
         ]
         versions = self._versions() if self._versions is not None else None
-        self._publisher.publish(status, now, versions=versions, alerts=on)
+        self._publisher.publish(status, now, versions=versions, alerts=on, caps=self._caps)
 
     def _exchange_serving(self, now: float) -> None:
         """Publish this node's serving figures and read its fleet peers' (same SKU, models)."""

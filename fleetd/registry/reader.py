@@ -28,7 +28,7 @@ NODE_COLUMNS = (
     "alerts_critical", "alerts_warning", "alerts_info", "remediation", "remediation_active",
     "data_age_s", "reasons", "version", "address", "heartbeat_at", "gpus_in_service", "labels",
     "sku", "driver_version", "amdsmi_version", "vbios_version", "firmware_version",
-    "partition_layout", "alerts_firing",
+    "partition_layout", "alerts_firing", "gpus_physical", "caps",
 )  # fmt: skip
 """The columns of the fleet table this reader knows (it reads them by name: a table from an
 older fleetd may lack the later ones)."""
@@ -78,6 +78,7 @@ class FleetLimits:
     gpus_out_of_service: int
     breaker_tripped: bool
     breaker_reason: str | None
+    groups_open: tuple[tuple[str, str], ...] = ()  # (scope, reason) of open group breakers
 
 
 def _postgres_params(url: str, timeout: float) -> dict[str, Any] | None:
@@ -230,9 +231,19 @@ class RegistryReader:
                 f" FROM (SELECT 1 AS one) AS x LEFT JOIN {BREAKER_TABLE} AS b ON b.scope = ?",
                 ("fleet",),
             )
+            groups = self._query(
+                f"SELECT scope, reason FROM {BREAKER_TABLE} WHERE tripped AND scope LIKE ?"
+                " ORDER BY scope",
+                ("fleet/%",),
+            )
         except RegistryError:
             return None  # the tables are not there: remediation never used this database
-        return FleetLimits(int(gpus or 0), bool(tripped), reason if tripped else None)
+        return FleetLimits(
+            int(gpus or 0),
+            bool(tripped),
+            reason if tripped else None,
+            tuple((str(scope), str(why or "")) for scope, why in groups),
+        )
 
     def close(self) -> None:
         if self._conn is not None:

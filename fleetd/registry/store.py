@@ -73,9 +73,13 @@ nodes_table = Table(
     Column("driver_version", String(128), nullable=True),
     Column("amdsmi_version", String(128), nullable=True),
     Column("vbios_version", String(255), nullable=True),
-    Column("firmware_version", String(255), nullable=True),
+    Column("firmware_version", Text, nullable=True),  # every block: VARCHAR(255) before
     Column("partition_layout", String(128), nullable=True),
     Column("alerts_firing", Text, nullable=True),  # JSON list: fleetctl alerts --db
+    # fleet caps per label group (fleetd.remedy.caps): physical GPUs (a partitioned node's 64
+    # devices are 8), and the caps the node's own fleetd.yaml sets (JSON list)
+    Column("gpus_physical", Integer, nullable=True),
+    Column("caps", Text, nullable=True),
     Index("ix_fleet_nodes_heartbeat", "heartbeat_at"),
     Index("ix_fleet_nodes_sku", "sku"),
 )
@@ -171,8 +175,31 @@ class RegistryPublisher:
                     f"cannot create the registry table: {describe_error(exc)}"
                 ) from None
         self._add_missing_columns()
+        self._widen_columns()
         self._add_missing_indexes()
         self._ready = True
+
+    def _widen_columns(self) -> None:
+        """``firmware_version`` holds every firmware block since fleetd read them: TEXT, not
+        the VARCHAR(255) an older fleetd created (PostgreSQL enforces the length; SQLite
+        does not). Cheap and idempotent: no rewrite from VARCHAR to TEXT."""
+        if self._engine.dialect.name != "postgresql":
+            return
+        try:
+            columns = inspect(self._engine).get_columns(nodes_table.name)
+        except SQLAlchemyError as exc:
+            raise RegistryError(f"cannot read the registry table: {describe_error(exc)}") from None
+        kind = {c["name"]: c["type"] for c in columns}.get("firmware_version")
+        if kind is None or getattr(kind, "length", None) is None:
+            return
+        ddl = f"ALTER TABLE {nodes_table.name} ALTER COLUMN firmware_version TYPE TEXT"
+        try:
+            with self._engine.begin() as conn:
+                conn.exec_driver_sql(ddl)
+        except SQLAlchemyError as exc:
+            raise RegistryError(
+                f"cannot widen firmware_version in the registry table: {describe_error(exc)}"
+            ) from None
 
     def _add_missing_indexes(self) -> None:
         """Indexes a newer fleetd declares on a table an older one created (``sku``, which
@@ -225,11 +252,13 @@ class RegistryPublisher:
         *,
         versions: NodeVersions | None = None,
         alerts: Sequence[Mapping[str, Any]] | None = None,
+        caps: Sequence[Mapping[str, Any]] | None = None,
     ) -> NodeSummary:
         """Upsert the row of the node ``status`` describes, as of ``now``; returns the row.
 
-        ``versions`` (drift) and ``alerts`` (the firing alerts, for ``fleetctl alerts``) are
-        written when given."""
+        ``versions`` (drift), ``alerts`` (the firing alerts, for ``fleetctl alerts``) and
+        ``caps`` (the fleet caps its fleetd.yaml sets, for the wave check) are written when
+        given."""
         if not self._ready:
             self.ensure_schema()
         summary = summarize(status)
@@ -238,6 +267,8 @@ class RegistryPublisher:
             row.update(version_columns(versions))
         if alerts is not None:
             row["alerts_firing"] = json.dumps(list(alerts), sort_keys=True)
+        if caps is not None:
+            row["caps"] = json.dumps(list(caps), sort_keys=True)
         dialect = self._engine.dialect.name
         insert: Any = sqlite.insert
         if dialect == "postgresql":  # imported here: a node without a registry never loads it
@@ -287,7 +318,7 @@ class RegistryPublisher:
 
 def version_columns(versions: NodeVersions) -> dict[str, Any]:
     """The drift columns of a node's row."""
-    row: dict[str, Any] = {"sku": versions.sku}
+    row: dict[str, Any] = {"sku": versions.sku, "gpus_physical": versions.gpus_physical}
     for component, column in COMPONENTS.items():
         if component != "fleetd":  # ``version`` comes from the status document
             row[column] = versions.get(component)

@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, Field, StrictBool, StrictInt, model_validator
 
 from fleetd.configbase import Duration, Secret, Span, StrictModel, documents
+from fleetd.remedy.caps import Cap, check_group_by
 from fleetd.remedy.commands import check_template
 from fleetd.remedy.holders import DEFAULT_MONITORING_AGENTS
 
@@ -321,6 +322,50 @@ class RebootConfig(StrictModel):
         return self
 
 
+class CapConfig(StrictModel):
+    """A cap on the physical GPUs out of service in each group of nodes sharing some labels."""
+
+    group_by: list[str] = Field(default_factory=list, max_length=8)
+    """Node labels that form the groups (`node.labels`, and `node` for the node's name): one
+    group per distinct value, e.g. `[cluster]` or `[cluster, rack]`; `[]`: the whole fleet. A
+    node without a label is in the group whose value is empty.
+    """
+    max: StrictInt | str
+    """Physical GPUs each group may have out at once (a partitioned node's 64 devices are its 8
+    GPUs): a count (`16`), or a percentage of the group's GPUs (`10%`, rounded down; the group's
+    size is the GPUs of its nodes with a fresh heartbeat in the registry).
+    """
+
+    @model_validator(mode="after")
+    @documents(
+        "max is a whole count of GPUs or a percentage above 0% and at most 100%",
+        "group_by holds label names, each once",
+    )
+    def _check(self) -> CapConfig:
+        Cap.of(self.group_by, self.max)  # raises ValueError with the reason
+        return self
+
+    def cap(self) -> Cap:
+        return Cap.of(self.group_by, self.max)
+
+
+class GroupBreakerConfig(StrictModel):
+    """A circuit breaker per group of nodes sharing some labels (one rack, one cluster)."""
+
+    group_by: list[str] = Field(min_length=1, max_length=8)
+    """Node labels that form the groups, e.g. `[rack]`."""
+    max_failures: StrictInt = Field(ge=1, le=100_000)
+    """Distinct GPUs of one group failing within the breaker's `window` that open that group's
+    breaker (automatic runs of the group's nodes stop; the rest of the fleet goes on).
+    """
+
+    @model_validator(mode="after")
+    @documents("group_by holds label names, each once")
+    def _check(self) -> GroupBreakerConfig:
+        check_group_by(self.group_by)
+        return self
+
+
 class BreakerConfig(StrictModel):
     """Pause all automatic remediation when too many GPUs fail within a short window."""
 
@@ -330,6 +375,10 @@ class BreakerConfig(StrictModel):
     """
     window: Annotated[Duration, Span(0, "30d")] = 600.0
     """The breaker's window."""
+    groups: list[GroupBreakerConfig] = Field(default_factory=list, max_length=16)
+    """Breakers per label group besides the fleet-wide one (with a registry): e.g. `[{group_by:
+    [rack], max_failures: 3}]` stops one rack's automatic runs when 3 of its GPUs fail together.
+    """
 
 
 class FleetConfig(StrictModel):
@@ -342,6 +391,13 @@ class FleetConfig(StrictModel):
     run or held after one. An automatic run that would exceed it waits; a person's drain is
     counted but never refused.
     """
+    caps: list[CapConfig] = Field(default_factory=list, max_length=16)
+    """Caps per label group besides `max_gpus_out` (with a registry; without one only
+    `max_gpus_out` applies), e.g. `[{group_by: [cluster], max: 10%}, {group_by: [rack], max:
+    8}]`. An automatic run waits until every cap holds; caps set with `fleetctl remediation cap
+    add` apply as well. A remediation wave that would newly enable more GPUs in a group than its
+    cap is refused (docs/operations.md).
+    """
     breaker: BreakerConfig = Field(default_factory=BreakerConfig)
     """Stops automatic remediation when too many GPUs fail together."""
     lease_timeout: Annotated[Duration, Span(0, "1d")] = 1800.0
@@ -350,6 +406,10 @@ class FleetConfig(StrictModel):
     """
     lease_retry_interval: Annotated[Duration, Span(0, "1h")] = 10.0
     """How often a waiting run asks again."""
+
+    def all_caps(self) -> list[Cap]:
+        """Every cap this file sets: `max_gpus_out` over the whole fleet, then `caps`."""
+        return [Cap((), count=self.max_gpus_out), *(c.cap() for c in self.caps)]
 
 
 class EvidenceConfig(StrictModel):

@@ -95,6 +95,9 @@ leases_table = Table(
     Column("gpu_list", String(255), nullable=False),
     Column("manual", Boolean, nullable=False),
     Column("acquired_at", Float, nullable=False),
+    # schema 4 (fleet caps per label group): the node's labels as JSON; NULL in a lease an
+    # older fleetd wrote, which then counts against every group (fleetd.remedy.caps)
+    Column("labels", Text, nullable=True),
 )
 
 failures_table = Table(
@@ -105,6 +108,7 @@ failures_table = Table(
     Column("gpu", Integer, nullable=True),
     Column("run_id", String(64), nullable=True),
     Column("at", Float, nullable=False),
+    Column("labels", Text, nullable=True),  # schema 4: the node's labels (group breakers)
     Index("ix_remedy_fleet_failures_at", "at"),
 )
 

@@ -245,7 +245,8 @@ class Remediation:
             if status.just_tripped:
                 self._node_event(
                     "breaker_tripped",
-                    f"circuit breaker open ({self._lease.scope}): {status.reason}; automatic "
+                    f"circuit breaker open ({status.scope or self._lease.scope}): "
+                    f"{status.reason}; automatic "
                     "remediation is paused until a person resets it",
                     now,
                     trigger=trigger,
@@ -254,7 +255,7 @@ class Remediation:
                     key=f"fleetd-remediation/{self._lease.scope}/breaker",
                 )
             if status.tripped:
-                why = f"circuit breaker open: {status.reason}"
+                why = f"circuit breaker open ({status.scope or self._lease.scope}): {status.reason}"
                 self._node_event("not_remediated", why, now, trigger=trigger)
                 return None
         plan = decision.plan

@@ -215,6 +215,27 @@ def _invoke(call: Callable[..., T], *args: Any) -> T:
         raise  # pragma: no cover - check_status always raises for a non-zero status
 
 
+_FW_HEX = frozenset({30, 73, 74, 19, 20, 18})  # PSP_SOSDRV, TA_RAS, TA_XGMI, UVD, VCE, VCN
+_FW_DEC = frozenset({77, 79})  # PM (SMC), PLDM_BUNDLE
+
+
+def fw_version_text(block: int, version: int) -> str:
+    """A firmware version as amdsmi 7.0.2's ``amdsmi_get_fw_info`` formats it: dotted hex
+    bytes (zero-padded to 8 digits) for the PSP/TA/multimedia blocks, dotted decimal bytes
+    for PM and the PLDM bundle, else the integer; upper-cased."""
+    if block in _FW_HEX:
+        digits = hex(version)[2:].zfill(8)
+        text = ".".join(re.findall("..?", digits))
+    elif block in _FW_DEC:
+        digits = hex(version)[2:].zfill(8)
+        text = ".".join(
+            str(int(digits[i : i + 2], 16)).zfill(2) for i in range(0, len(digits), 2)
+        )
+    else:
+        text = str(version)
+    return text.upper()
+
+
 def _handle(value: Any) -> int:
     if not isinstance(value, wrapper.amdsmi_processor_handle):
         raise exc.AmdSmiParameterException(value, wrapper.amdsmi_processor_handle)
@@ -299,6 +320,7 @@ class SimulatedAmdSmi:
     AmdSmiComputePartitionType = enums.AmdSmiComputePartitionType
     AmdSmiMemoryPartitionType = enums.AmdSmiMemoryPartitionType
     AmdSmiCperNotifyType = enums.AmdSmiCperNotifyType
+    AmdSmiFwBlock = enums.AmdSmiFwBlock
 
     AmdSmiException = exc.AmdSmiException
     AmdSmiLibraryException = exc.AmdSmiLibraryException
@@ -438,6 +460,14 @@ class SimulatedAmdSmi:
             "part_number": v.part_number,
             "version": v.version,
         }
+
+    def amdsmi_get_fw_info(self, processor_handle: Any) -> dict[str, Any]:
+        f = _invoke(self.lib.amdsmi_get_fw_info, _handle(processor_handle))
+        fw_list = []
+        for entry in f.fw_info_list[: f.num_fw_info]:
+            name = enums.AmdSmiFwBlock(entry.fw_id)  # ValueError on an unknown id, as real
+            fw_list.append({"fw_name": name, "fw_version": fw_version_text(name, entry.fw_version)})
+        return {"fw_list": fw_list}
 
     def amdsmi_get_gpu_vram_info(self, processor_handle: Any) -> dict[str, Any]:
         v = _invoke(self.lib.amdsmi_get_gpu_vram_info, _handle(processor_handle))

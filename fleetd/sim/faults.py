@@ -230,6 +230,7 @@ GPU_FUNCTIONS: frozenset[str] = frozenset(
         "amdsmi_get_gpu_kfd_info",
         "amdsmi_get_gpu_driver_info",
         "amdsmi_get_gpu_vbios_info",
+        "amdsmi_get_fw_info",
         "amdsmi_get_gpu_vram_info",
         "amdsmi_get_temp_metric",
         "amdsmi_get_power_info",

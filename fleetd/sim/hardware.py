@@ -74,6 +74,12 @@ class GpuSpec:
     DF 4.x (gfx942 MI300X/MI325X, gfx950 MI350X/MI355X) lacks: the read fails EINVAL, which
     rocm_smi maps to INVALID_ARGS and amdsmi to AMDSMI_STATUS_INVAL (ROCm/rocm-systems#11468;
     rocm-smi-lib ``ErrnoToRsmiStatus``). True only for DF 3.6 parts (MI2xx), not modelled."""
+    firmware: tuple[tuple[int, int], ...] = ()
+    """``amdsmi_get_fw_info``: (amdsmi_fw_block_t value, raw uint64 version) per block, in the
+    library's order. Raw as the C struct holds them: the Python wrapper formats PSP_SOSDRV,
+    TA_RAS, TA_XGMI, UVD, VCE, VCN as dotted hex bytes and PM, PLDM_BUNDLE as dotted decimal
+    bytes. The blocks are those ``amd-smi firmware`` lists on MI300-class boards; the numbers
+    are plausible, not copied from a board."""
 
 
 MI355X = GpuSpec(
@@ -125,6 +131,18 @@ MI355X = GpuSpec(
     board_model_number="102-G42002-0A",
     board_product_name="AMD Instinct MI355X OAM",
     driver_version="6.14.14",
+    firmware=(
+        (3, 40),  # CP_PFP
+        (4, 40),  # CP_ME
+        (7, 30),  # CP_MEC1
+        (9, 15),  # RLC
+        (10, 17),  # SDMA0
+        (18, 0x0110001D),  # VCN → 01.10.00.1D
+        (30, 0x00400143),  # PSP_SOSDRV → 00.40.01.43
+        (73, 0x1B400017),  # TA_RAS → 1B.40.00.17
+        (74, 0x20000017),  # TA_XGMI → 20.00.00.17
+        (77, 0x00556400),  # PM → 00.85.100.00
+    ),
 )
 
 MI300X = replace(  # the same platform (OAM, XGMI, PCIe, clocks) but for these
@@ -163,6 +181,18 @@ MI300X = replace(  # the same platform (OAM, XGMI, PCIe, clocks) but for these
     vbios_build_date="2024/03/26 16:14",
     board_model_number="102-G30211-0C",
     board_product_name="AMD Instinct MI300X OAM",
+    firmware=(
+        (3, 24),  # CP_PFP
+        (4, 24),  # CP_ME
+        (7, 177),  # CP_MEC1
+        (9, 90),  # RLC
+        (10, 21),  # SDMA0
+        (18, 0x0110101B),  # VCN → 01.10.10.1B
+        (30, 0x00360259),  # PSP_SOSDRV → 00.36.02.59
+        (73, 0x1B360214),  # TA_RAS → 1B.36.02.14
+        (74, 0x20000014),  # TA_XGMI → 20.00.00.14
+        (77, 0x00557200),  # PM → 00.85.114.00
+    ),
 )
 
 SPECS: dict[str, GpuSpec] = {"MI355X": MI355X, "MI300X": MI300X}

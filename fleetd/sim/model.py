@@ -186,6 +186,7 @@ class SimGpu:
         self.ident = ident
         self.index = ident.index
         self.hive_id = hive_id
+        self.firmware = dict(spec.firmware)  # amdsmi_fw_block_t value → raw version
         self.load = 0.0
         self.power_w = spec.idle_power_w
         self.t_hotspot = spec.ambient_c + spec.hotspot_c_per_w * spec.idle_power_w
@@ -701,6 +702,15 @@ class SimNode:
         return w.AMDSMI_STATUS_SUCCESS
 
     # ------------------------------------------------------------------ load
+    def set_firmware(self, gpu: int | None, block: int, version: int) -> None:
+        """Flash one firmware block (an ``amdsmi_fw_block_t`` value) of one GPU, or of all
+        when ``gpu`` is None, to the raw ``version`` (as ``amdsmi_get_fw_info`` holds it)."""
+        if not 0 <= version < 1 << 64:
+            raise ValueError("a firmware version is a uint64")
+        with self.lock:
+            for g in self._select(gpu):
+                g.firmware[block] = version
+
     def set_load(self, gpu: int | None, level: float, *, at: float | None = None) -> None:
         """Set the workload level (0..1) of one GPU, or of all when ``gpu`` is None.
 

@@ -385,6 +385,18 @@ class RawLibrary:
                 s.vbios_name, s.vbios_build_date, s.vbios_part_number, s.vbios_version
             )
 
+    def amdsmi_get_fw_info(self, processor_handle: int) -> r.FwInfo:
+        """The GPU's firmware blocks (raw versions). Answered on every partition: the
+        versions are the physical GPU's (inferred; the backend reads partition 0 only)."""
+        func = "amdsmi_get_fw_info"
+        with self._call(processor_handle, func) as gpu:
+            blocks = list(gpu.firmware.items())[: r.FW_SLOTS]
+            rec = r.FwInfo(num_fw_info=len(blocks))
+            for k, (block, version) in enumerate(blocks):
+                rec.fw_info_list[k] = r.FwInfoEntry(fw_id=block, fw_version=version)
+            self._finish(gpu, func, rec)
+            return rec
+
     def amdsmi_get_gpu_vram_info(self, processor_handle: int) -> r.VramInfo:
         func = "amdsmi_get_gpu_vram_info"
         with self._call(processor_handle, func) as gpu:

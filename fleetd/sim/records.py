@@ -105,6 +105,27 @@ class VbiosInfo:
 
 
 @dataclass(slots=True)
+class FwInfoEntry:
+    """One ``fw_info_list`` entry of amdsmi_fw_info_t."""
+
+    fw_id: int = _num("u32")
+    fw_version: int = _num("u64")
+    reserved: list[int] = _arr("u64", 2)
+
+
+FW_SLOTS = 80  # AMDSMI_FW_ID__MAX: the C array's length
+
+
+@dataclass(slots=True)
+class FwInfo:
+    """amdsmi_fw_info_t: ``num_fw_info`` entries of ``fw_info_list`` are valid."""
+
+    num_fw_info: int = _num("u8")
+    fw_info_list: list[FwInfoEntry] = _subs(FwInfoEntry, FW_SLOTS)
+    reserved: list[int] = _arr("u32", 7)
+
+
+@dataclass(slots=True)
 class VramInfo:
     vram_type: int = _num("u32")
     vram_vendor: str = _text()
@@ -509,6 +530,7 @@ CALL_RECORDS: dict[str, type] = {
     "amdsmi_get_gpu_kfd_info": KfdInfo,
     "amdsmi_get_gpu_driver_info": DriverInfo,
     "amdsmi_get_gpu_vbios_info": VbiosInfo,
+    "amdsmi_get_fw_info": FwInfo,
     "amdsmi_get_gpu_vram_info": VramInfo,
     "amdsmi_get_gpu_enumeration_info": EnumerationInfo,
     "amdsmi_get_power_info": PowerInfo,

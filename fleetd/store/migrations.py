@@ -15,6 +15,9 @@ History:
 3. ``alert_outbox`` gains ``priority`` (pages before change events); its queue index
    becomes (status, integration, priority, id). Pending change events and chat edits already
    queued get the informational priority.
+4. The fleet lease tables ``remedy_fleet_leases`` and ``remedy_fleet_failures`` gain
+   ``labels`` (the node's labels as JSON: fleet caps and breakers per label group). Rows
+   already there keep NULL: a lease of unknown group.
 """
 
 from __future__ import annotations
@@ -146,7 +149,20 @@ def _to_v3(conn: Connection) -> None:
     )
 
 
-STEPS: dict[int, Callable[[Connection], None]] = {2: _to_v2, 3: _to_v3}
+def lease_labels(conn: Connection) -> None:
+    """Step 4: the lease tables' ``labels``. Also run by ``fleetd.remedy.lease`` on the shared
+    registry's copies of these tables (which carry no schema version), where several agents
+    may run it at once: PostgreSQL's ``IF NOT EXISTS`` makes that safe."""
+    guard = "IF NOT EXISTS " if conn.dialect.name == "postgresql" else ""
+    for table in ("remedy_fleet_leases", "remedy_fleet_failures"):
+        if not inspect(conn).has_table(table):
+            continue
+        if "labels" in {c["name"] for c in inspect(conn).get_columns(table)}:
+            continue
+        conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {guard}labels TEXT"))
+
+
+STEPS: dict[int, Callable[[Connection], None]] = {2: _to_v2, 3: _to_v3, 4: lease_labels}
 
 
 def apply(version: int, conn: Connection) -> None:

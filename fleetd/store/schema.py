@@ -18,7 +18,7 @@ from sqlalchemy import Column, Integer, MetaData, String, Table
 
 METADATA = MetaData()
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 schema_version_table = Table(
     "fleetd_schema_version",

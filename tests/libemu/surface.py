@@ -91,6 +91,7 @@ def gpu_calls(a: Any, h: Any, peer: Any) -> Calls:
             "amdsmi_get_gpu_kfd_info",
             "amdsmi_get_gpu_driver_info",
             "amdsmi_get_gpu_vbios_info",
+            "amdsmi_get_fw_info",
             "amdsmi_get_gpu_vram_info",
             "amdsmi_get_power_info",
             "amdsmi_get_power_cap_info",

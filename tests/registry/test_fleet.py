@@ -301,7 +301,8 @@ def test_the_daemon_wires_versions_and_the_silence_cache(tmp_path: Path, pg_url:
         (node,) = reader.fleet(agent.clock.now(), stale_after=60)
         assert node.versions is not None and node.versions.sku == "MI355X"
         assert node.versions.driver and node.versions.amdsmi == "7.0.2/26.1.0"
-        assert node.versions.firmware is None  # not read: unknown, never a made-up value
+        firmware = node.versions.firmware or ""  # amdsmi_get_fw_info, read at discovery
+        assert "PSP_SOSDRV=00.40.01.43" in firmware and "PM=00.85.100.00" in firmware
         assert node.versions.partition == "SPX/NPS1"
         reader.close()
         assert (tmp_path / "n" / "fleet-silences.json").read_text() == "[]"

@@ -100,7 +100,9 @@ def test_a_nodes_versions_from_its_gpus() -> None:
         return GpuIdentity(i, f"u{i}", f"b{i}", model="MI355X", vbios=vbios, driver_version="6.14")
 
     found = node_versions([gpu(0, "x"), gpu(1, "y"), gpu(2, "x")], amdsmi="7.0.2", fleetd="0.1")
-    assert found == NodeVersions("MI355X", "6.14", "7.0.2", "x|y", None, "0.1", None)
+    assert found == NodeVersions(
+        "MI355X", "6.14", "7.0.2", "x|y", None, "0.1", None, gpus_physical=3
+    )
     assert node_versions([], amdsmi=None, fleetd="0.1").sku is None
 
 

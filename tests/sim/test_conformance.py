@@ -129,6 +129,7 @@ def _calls(a: SimulatedAmdSmi, h: Any, peer: Any) -> dict[str, Any]:
         "amdsmi_get_gpu_kfd_info": lambda: a.amdsmi_get_gpu_kfd_info(h),
         "amdsmi_get_gpu_driver_info": lambda: a.amdsmi_get_gpu_driver_info(h),
         "amdsmi_get_gpu_vbios_info": lambda: a.amdsmi_get_gpu_vbios_info(h),
+        "amdsmi_get_fw_info": lambda: a.amdsmi_get_fw_info(h),
         "amdsmi_get_gpu_vram_info": lambda: a.amdsmi_get_gpu_vram_info(h),
         "amdsmi_get_power_info": lambda: a.amdsmi_get_power_info(h),
         "amdsmi_get_power_cap_info": lambda: a.amdsmi_get_power_cap_info(h),

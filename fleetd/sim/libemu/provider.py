@@ -146,6 +146,9 @@ class SimProvider:
     def amdsmi_get_gpu_vbios_info(self, handle: int, out: Any) -> None:
         fill(_target(out), self.lib.amdsmi_get_gpu_vbios_info(handle))
 
+    def amdsmi_get_fw_info(self, handle: int, out: Any) -> None:
+        fill(_target(out), self.lib.amdsmi_get_fw_info(handle))
+
     def amdsmi_get_gpu_vram_info(self, handle: int, out: Any) -> None:
         fill(_target(out), self.lib.amdsmi_get_gpu_vram_info(handle))
 
