@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import TypeAdapter
 from sqlalchemy import Boolean, Column, Connection, Float, Index, String, Table, Text, select
 
+from fleetd.alert.ticket import TICKET_KIND
 from fleetd.events.afid import AfidTable
 from fleetd.model import GpuIdentity, label_value
 from fleetd.remedy.messages import Record
@@ -34,8 +35,6 @@ from fleetd.store.db import Database
 from fleetd.store.schema import METADATA
 from fleetd.store.upsert import upsert
 
-TICKET_KIND = "rma_ticket"
-TICKET_VERSION = "fleetd-rma-ticket-1"
 MAX_ENTRIES = 100  # per list of a record: the newest are kept
 OUTPUT_IN_RECORD = 4096  # of a failed validator's output (the bundle holds more)
 
@@ -448,48 +447,3 @@ def ticket_record(rec: RmaRecord, decision: PhysicalAction, gpu: UnitGpu) -> Rec
         severity="warning",
         details=tuple(details.items()),
     )
-
-
-def ticket_body(
-    *,
-    event_id: str,
-    node: str,
-    run_id: str | None,
-    at: str,
-    details: Mapping[str, object],
-) -> dict[str, Any]:
-    """The JSON body a ``ticket`` receiver gets (docs/remediation.md, "The ticket")."""
-
-    def text(key: str) -> str:
-        value = details.get(key)
-        return "" if value is None else str(value)
-
-    afids = [int(a) for a in text("afids").split(",") if a.strip().isdigit()]
-    gpu = text("gpu")
-    bundle = None
-    if text("bundle_path"):
-        bundle = {
-            "phase": text("bundle_phase"),
-            "path": text("bundle_path"),
-            "sha256": text("bundle_sha256"),
-            "api": f"/api/v1/remediation/runs/{run_id}/evidence" if run_id else "",
-            "fetch": f"fleetctl evidence {node} {run_id}" if run_id else "",
-        }
-    return {
-        "version": TICKET_VERSION,
-        "eventId": event_id,
-        "ticketId": text("ticket_id"),
-        "node": node,
-        "serial": text("serial"),
-        "gpu": int(gpu) if gpu.isdigit() else None,
-        "gpuUuid": text("gpu_uuid"),
-        "gpuBdf": text("gpu_bdf"),
-        "faultClass": text("fault_class"),
-        "afids": afids,
-        "source": text("source"),
-        "operatorMessage": text("operator_message"),
-        "reason": text("reason"),
-        "runId": run_id,
-        "decidedAt": at,
-        "bundle": bundle,
-    }
