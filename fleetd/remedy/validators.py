@@ -7,7 +7,8 @@ fails. Its output is read by the parser of its ``kind``:
 
 * ``rvs`` — the ROCm Validation Suite's log lines. Every verdict RVS prints is a
   ``[RESULT]`` line ending in ``pass: TRUE|FALSE`` or ``met: TRUE|FALSE`` (gst, iet, mem,
-  babel, pebb/pbqt with thresholds) or ``<module> true|false`` (peqt, pesm); an ``[ERROR ]``
+  babel, pebb/pbqt with thresholds), ``<module> true|false`` (peqt, pesm) or ``Test N :
+  PASS|FAIL`` (mem); an ``[ERROR ]``
   line is a failure whatever the results say. The same rules as AMD's Cluster Validation
   Suite (ROCm/cvs: cvs/tests/health/rvs_cvs.py fails on ``met: FALSE``, ``pass: FALSE``,
   ``[ERROR ]``).
@@ -59,6 +60,7 @@ class Parsed:
 _RVS_RESULT = re.compile(r"^\s*\[RESULT\]\s*\[\s*[0-9.]+\]\s*(?P<body>.*?)\s*$")
 _RVS_VERDICT = re.compile(r"\b(?P<what>pass|met):\s*(?P<value>TRUE|FALSE)\b")
 _RVS_MODULE_VERDICT = re.compile(r"\b(?P<module>[a-z]+)\s+(?P<value>true|false)\s*$")
+_RVS_TEST_VERDICT = re.compile(r"\bTest\s+\d+\s*:\s*(?P<value>PASS|FAIL)\s*$")
 _RVS_ERROR = re.compile(r"^\s*\[ERROR\s*\]")
 
 
@@ -79,6 +81,9 @@ def parse_rvs(text: str) -> Parsed:
         module = _RVS_MODULE_VERDICT.search(body)
         if not verdicts and module is not None:
             verdicts = [module.group("value").upper()]
+        test = _RVS_TEST_VERDICT.search(body)
+        if not verdicts and test is not None:
+            verdicts = ["TRUE" if test.group("value") == "PASS" else "FALSE"]
         if not verdicts:
             continue  # a figure without a verdict (e.g. a bandwidth reading)
         if all(v == "TRUE" for v in verdicts):
@@ -100,7 +105,7 @@ def parse_rvs(text: str) -> Parsed:
 
 
 # ------------------------------------------------------------------------------ TransferBench
-_TB_HEADER = re.compile(r"^\s*SRC\\DST\s+(?P<cols>.*)$")
+_TB_HEADER = re.compile(r"^\s*SRC\\DST[\s,]+(?P<cols>.*)$")
 _TB_GPU_COL = re.compile(r"GPU\s+(\d+)")
 _TB_RTOTAL = re.compile(r"^\s*RTotal\s+(?P<values>.*)$")
 _TB_AVERAGE = re.compile(r"Average\s+bandwidth\s+\(GPU Timed\):\s+(?P<value>[0-9.]+)\s+GB/s")
