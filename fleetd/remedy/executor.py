@@ -294,6 +294,8 @@ class Executor:
         self._rma_checked = True
 
     def _event(self, run: m.Run, record: m.Record, now: float) -> RemediationEvent:
+        if run.run_id not in self._seq:  # a concluded run of an earlier life (a note on it)
+            self._seq[run.run_id] = self._journal.last_seq(run.run_id)
         seq = self._seq.get(run.run_id, 0) + 1
         self._seq[run.run_id] = seq
         return RemediationEvent(
