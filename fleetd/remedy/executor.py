@@ -653,7 +653,7 @@ class Executor:
         """One command validator of the ladder, killed (with its process group) at its
         timeout; its verdict parsed from its output. Never raises."""
         section = self._cfg.validation
-        spec = section.validators.get(cmd.name)
+        spec = section.validator(cmd.name)
         if spec is None:
             return m.ValidatorResult(
                 cmd.name,

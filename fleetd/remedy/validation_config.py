@@ -32,6 +32,8 @@ class ValidatorConfig(StrictModel):
     """One command validator: an AMD tool run on the unit's GPUs, its verdict parsed from its
     output."""
 
+    name: ValidatorName
+    """The validator's name, as the ladders (`plans`, `fault_classes`) refer to it."""
     kind: Literal["rvs", "transferbench", "agfhc"]
     """Which parser reads the output: `rvs` (ROCm Validation Suite `[RESULT]` lines),
     `transferbench` (the a2a summary table), `agfhc` (the result summary; AGFHC needs AMD's
@@ -90,10 +92,10 @@ class TicketConfig(StrictModel):
 class ValidationConfig(StrictModel):
     """Which validators run before a reset or rebooted unit's workers come back."""
 
-    validators: dict[ValidatorName, ValidatorConfig] = Field(default_factory=dict)
-    """The command validators, by name. `inference` is reserved: the built-in per-model
-    inference probe (`vllm.benchmark`), which runs once the workers serve again and before they go
-    back into rotation."""
+    validators: list[ValidatorConfig] = Field(default_factory=list, max_length=64)
+    """The command validators. The name `inference` is reserved: the built-in per-model inference
+    probe (`vllm.benchmark`), which runs once the workers serve again and before they go back into
+    rotation."""
     plans: dict[Literal["reset", "reboot"], list[ValidatorName]] = Field(default_factory=dict)
     """The ladder of each plan: validator names in the order they run (command validators first,
     in the order given; `inference` last)."""
@@ -112,13 +114,18 @@ class ValidationConfig(StrictModel):
         "a ladder names a validator that is not defined under validators (or inference)",
         "inference is the built-in probe and cannot be defined under validators",
         "a ladder names a validator twice",
+        "validator names must be unique",
     )
     def _names(self) -> ValidationConfig:
-        if INFERENCE in self.validators:
+        names = [v.name for v in self.validators]
+        if len(set(names)) != len(names):
+            twice = sorted({n for n in names if names.count(n) > 1})
+            raise ValueError(f"validator names must be unique: {', '.join(twice)}")
+        if INFERENCE in names:
             raise ValueError(
                 f"{INFERENCE} is the built-in probe and cannot be defined under validators"
             )
-        known = set(self.validators) | {INFERENCE}
+        known = set(names) | {INFERENCE}
         ladders = [(f"plans.{k}", v) for k, v in self.plans.items()]
         ladders += [(f"fault_classes[{k!r}]", v) for k, v in self.fault_classes.items()]
         for where, names in ladders:
@@ -131,6 +138,10 @@ class ValidationConfig(StrictModel):
             if len(set(names)) != len(names):
                 raise ValueError(f"{where}: a ladder names a validator twice")
         return self
+
+    def validator(self, name: str) -> ValidatorConfig | None:
+        """The command validator called ``name`` (None: not configured)."""
+        return next((v for v in self.validators if v.name == name), None)
 
 
 def fault_class_keys(trigger: Trigger, afids: AfidTable | None) -> list[str]:

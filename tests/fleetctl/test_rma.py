@@ -26,7 +26,9 @@ def fleet(tmp_path: Path) -> Iterator[Fleet]:
     remediation = {
         "mode": "on",
         "validation": {
-            "validators": {"rvs_gst": {"kind": "rvs", "command": [str(tool)], "timeout": "30s"}},
+            "validators": [
+                {"name": "rvs_gst", "kind": "rvs", "command": [str(tool)], "timeout": "30s"}
+            ],
             "plans": {"reset": ["rvs_gst"]},
         },
     }

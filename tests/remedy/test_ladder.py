@@ -141,15 +141,16 @@ def test_dry_run_answers_validators_without_running_them() -> None:
 
 # ------------------------------------------------------------------------------------ config
 LADDERS = {
-    "validators": {
-        "rvs": {"kind": "rvs", "command": ["rvs", "-c", "gst.conf"], "timeout": "20m"},
-        "rvs_mem": {"kind": "rvs", "command": ["rvs", "-c", "mem.conf", "-i", "{gpus}"]},
-        "tb": {
+    "validators": [
+        {"name": "rvs", "kind": "rvs", "command": ["rvs", "-c", "gst.conf"], "timeout": "20m"},
+        {"name": "rvs_mem", "kind": "rvs", "command": ["rvs", "-c", "mem.conf", "-i", "{gpus}"]},
+        {
+            "name": "tb",
             "kind": "transferbench",
             "command": ["TransferBench", "a2a"],
             "min_rtotal_gbps": 320,
         },
-    },
+    ],
     "plans": {"reset": ["inference", "rvs", "tb"], "reboot": ["rvs"]},
     "fault_classes": {"HBM Errors": ["rvs_mem"], "GpuXgmiLinkDown": ["tb", "inference"]},
 }
@@ -190,18 +191,32 @@ def test_empty_by_default() -> None:
     ("section", "message"),
     [
         ({"plans": {"reset": ["nope"]}}, "not defined under validators"),
-        ({"validators": {"inference": LADDERS["validators"]["rvs"]}}, "built-in probe"),
+        (
+            {"validators": [{"name": "inference", "kind": "rvs", "command": ["x"]}]},
+            "built-in probe",
+        ),
+        (
+            {"validators": [{"name": "a", "kind": "rvs", "command": ["x"]}] * 2},
+            "validator names must be unique: a",
+        ),
         ({**LADDERS, "plans": {"reset": ["rvs", "rvs"]}}, "names a validator twice"),
         (
-            {"validators": {"tb": {"kind": "transferbench", "command": ["TransferBench", "a2a"]}}},
+            {"validators": [{"name": "tb", "kind": "transferbench", "command": ["TransferBench"]}]},
             "needs at least one of them",
         ),
         (
-            {"validators": {"r": {"kind": "rvs", "command": ["rvs"], "min_average_gbps": 3}}},
+            {
+                "validators": [
+                    {"name": "r", "kind": "rvs", "command": ["rvs"], "min_average_gbps": 3}
+                ]
+            },
             "not for kind rvs",
         ),
-        ({"validators": {"r": {"kind": "rvs", "command": ["rvs", "{worker}"]}}}, "{worker}"),
-        ({"validators": {"r": {"kind": "dcgm", "command": ["x"]}}}, "kind"),
+        (
+            {"validators": [{"name": "r", "kind": "rvs", "command": ["rvs", "{worker}"]}]},
+            "{worker}",
+        ),
+        ({"validators": [{"name": "r", "kind": "dcgm", "command": ["x"]}]}, "kind"),
         ({"plans": {"quarantine": []}}, "plans"),
     ],
 )

@@ -41,7 +41,8 @@ def tool(tmp: Path, name: str, fixture: str, *, exit_code: int = 0) -> str:
 def ladder_rig(
     tmp: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch, validation: dict[str, Any]
 ) -> Rig:
-    section = remediation_config(validation=validation)
+    named = [{"name": k, **v} for k, v in validation["validators"].items()]
+    section = remediation_config(validation={**validation, "validators": named})
     r = make_rig(tmp, clock, workers_on=(2, 3), remediation=section)
     monkeypatch.setenv("PATH", path_with(r.fleet.bin_dir))
     return r

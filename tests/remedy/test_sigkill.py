@@ -202,10 +202,12 @@ def test_sigkill_during_validation_resumes_and_never_skips_the_validator(
     fixture = Path(__file__).with_name("fixtures") / "validators" / "rvs_gst_pass.txt"
     calls = node.tmp / "rvs.calls"
     tool = node.tmp / "rvs"
-    tool.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\nsleep 2\ncat {fixture}\n")
+    tool.write_text(f'#!/bin/sh\necho "$@" >> {calls}\nsleep 2\ncat {fixture}\n')
     tool.chmod(0o755)
     node.config["remediation"]["validation"] = {
-        "validators": {"rvs": {"kind": "rvs", "command": [str(tool), "{gpus}"], "timeout": "30s"}},
+        "validators": [
+            {"name": "rvs", "kind": "rvs", "command": [str(tool), "{gpus}"], "timeout": "30s"}
+        ],
         "plans": {"reset": ["rvs"]},
     }
     node.sim.inject(3, "ecc_uncorrectable")
