@@ -111,6 +111,7 @@ class Executor:
         self._resume: set[str] = set()
         self.busy_s = 0.0  # time spent outside fleetd: adapters, backend, commands (bench)
         self.validators_s = 0.0  # of which the validators' own runtime (bench)
+        self.validate_s = 0.0  # the validator commands' carrying out, parsing included (bench)
         self._redeliver = True  # events of a previous life may still be undelivered
         for run in journal.active(node):
             self._runs[run.run_id] = run
@@ -652,6 +653,13 @@ class Executor:
     def _validate(self, run: m.Run, cmd: m.RunValidator, now: float) -> m.ValidatorResult:
         """One command validator of the ladder, killed (with its process group) at its
         timeout; its verdict parsed from its output. Never raises."""
+        started = time.perf_counter()
+        try:
+            return self._validate_once(run, cmd)
+        finally:
+            self.validate_s += time.perf_counter() - started
+
+    def _validate_once(self, run: m.Run, cmd: m.RunValidator) -> m.ValidatorResult:
         section = self._cfg.validation
         spec = section.validator(cmd.name)
         if spec is None:
