@@ -17,9 +17,9 @@ import pytest
 
 from fleetd.clock import FakeClock
 from fleetd.remedy import machine as m
+from fleetd.vllm.config import BenchmarkConfig
 
 from .rig import Rig, make_rig, path_with, remediation_config
-from .test_e2e import _with_benchmark
 
 FIXTURES = Path(__file__).with_name("fixtures") / "validators"
 
@@ -163,7 +163,15 @@ def test_all_validators_pass_and_the_unit_is_readmitted_with_the_verdicts(
     }
     rig = ladder_rig(tmp_path, clock, monkeypatch, validation)
     try:
-        _with_benchmark(rig)
+        # the probe's verdict is recorded whatever it says; a loose tolerance keeps the
+        # stand-in's throughput on a loaded 2-core machine from deciding this test
+        bench = BenchmarkConfig(
+            requests=3, max_tokens=10, warmup=0, tolerance=0.05, latency_factor=None, timeout=5.0
+        )
+        rig.config = rig.config.model_copy(
+            update={"vllm": rig.config.vllm.model_copy(update={"benchmark": bench})}
+        )
+        rig.restart_daemon()
         gate = rig.remediation.benchmark
         assert gate is not None
         gate.capture(rig.config.vllm.workers, rig.clock.now())  # on the healthy hive
