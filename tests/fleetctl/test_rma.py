@@ -83,5 +83,8 @@ def test_rma_list_and_show_the_gpu_that_needs_physical_action(fleet: Fleet) -> N
     assert record["serial"] == serial and record["physical_action_needed"]
     assert record["open_decision"]["bundle_path"].endswith(f"{run_id}.quarantine.1.json.gz")
 
+    run_shown, _ = fleet.run("remediation", "show", agent.name, run_id)
+    assert "validator rvs_gst: FAIL: 1 failed result(s)" in run_shown.output
+
     missing, _ = fleet.run("rma", "show", agent.name, "no-such-serial")
     assert missing.exit_code == 1 and "no RMA record for serial 'no-such-serial'" in missing.output
