@@ -12,6 +12,14 @@ code — in the worker adapters (HTTP, subprocesses), the GPU backend and the po
 simulator) — i.e. the state machine, policy, journal writes, events, logging and the lease.
 The external time and the whole wall time are reported beside it.
 
+``ladder_*`` (``--validators N``, default 3): the validation ladder's cost. Every other run
+has a ladder of N command validators (stand-ins that print an RVS log in the tool's format
+and exit); ``validators_s_median`` is their own runtime (process start to exit), and
+``ladder_overhead_s_median`` is fleetd's own part of the ladder per run, excluding that
+runtime: the median overhead of a run with the ladder minus that of a run without it, plus
+what carrying out the validators took beyond the processes themselves (reading their output,
+parsing it, the verdict) — the extra journal writes, steps and events included.
+
 ``capture_s_*`` is the evidence bundle captured before each reset (issue 20): the raw reads
 of the 8 GPUs of the hive through the simulated amdsmi, the events, the run's journal, gzip
 and an fsync'd write under the state directory. It runs inside the executor's carrying out
@@ -91,13 +99,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--workers", type=int, default=8, help="stand-in vLLM workers (GPUs)")
+    parser.add_argument(
+        "--validators", type=int, default=3, help="command validators in the ladder (0: none)"
+    )
     args = parser.parse_args()
     with open(os.devnull, "w") as devnull:  # logs are rendered (part of the cost), discarded
         configure_logging("json", "info", stream=devnull)
-        print(json.dumps(bench(args.runs, args.workers)))
+        print(json.dumps(bench(args.runs, args.workers, args.validators)))
 
 
-def bench(runs: int, workers: int) -> dict[str, Any]:
+def ladder_section(tmp: Path, count: int) -> dict[str, Any]:
+    """``count`` stand-in RVS validators: each prints an 8-GPU gst log and exits 0."""
+    fixture = Path(__file__).resolve().parents[1] / "tests/remedy/fixtures/validators"
+    tool = tmp / "rvs-standin"
+    tool.write_text(f"#!/bin/sh\nexec cat {fixture / 'rvs_gst_pass.txt'}\n")
+    tool.chmod(0o755)
+    names = [f"rvs{i}" for i in range(count)]
+    return {
+        "validators": [{"name": n, "kind": "rvs", "command": [str(tool)]} for n in names],
+        "plans": {"reset": names},
+    }
+
+
+def bench(runs: int, workers: int, validators: int = 0) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="fleetd-bench-remedy-"))
     clock = FakeClock()
     sim = build_node("MI355X", seed=11, clock=clock)
@@ -131,6 +155,12 @@ def bench(runs: int, workers: int) -> dict[str, Any]:
         backend, default_collectors(), node=NODE, gpu_timeout=5.0, timer=clock.monotonic
     )
     remediation = build_remediation(config, db=db, backend=backend, poller=poller, clock=clock)
+    plain = config.remediation
+    laddered = plain.model_copy(
+        update={
+            "validation": type(plain.validation).model_validate(ladder_section(tmp, validators))
+        }
+    )
     writes = [0]
     original_save = RunJournal.save
 
@@ -148,7 +178,16 @@ def bench(runs: int, workers: int) -> dict[str, Any]:
     captures: list[float] = []
     sizes: list[int] = []
     failures = 0
-    for i in range(runs):
+    ladder_overheads: list[float] = []
+    plain_overheads: list[float] = []
+    validator_runtimes: list[float] = []
+    total = runs * 2 if validators else runs
+    for i in range(total):
+        with_ladder = bool(validators) and i % 2 == 1
+        section = laddered if with_ladder else plain
+        remediation.config = section
+        executor.configure(section)
+        validate0, validators0 = executor.validate_s, executor.validators_s
         clock.advance(60)
         sim.inject(i % 8, "ecc_uncorrectable")
         now = clock.now()
@@ -165,10 +204,20 @@ def bench(runs: int, workers: int) -> dict[str, Any]:
         external = executor.busy_s - busy0
         walls.append(wall)
         externals.append(external)
-        overheads.append(wall - external)
         run = remediation.run(run_id)
         if run is None or run.state is not m.RunState.DONE:
             failures += 1
+        if with_ladder:
+            own_in_validate = (executor.validate_s - validate0) - (
+                executor.validators_s - validators0
+            )
+            ladder_overheads.append(wall - external + own_in_validate)
+            validator_runtimes.append(executor.validators_s - validators0)
+            if run is None or len([o for o in run.validation if o.ok]) != validators:
+                failures += 1
+            continue
+        plain_overheads.append(wall - external)
+        overheads.append(wall - external)
         if executor.evidence is not None and run is not None and run.bundles:
             captures.append(executor.evidence.last_capture_s)
             sizes.append(run.bundles[-1].size)
@@ -178,10 +227,10 @@ def bench(runs: int, workers: int) -> dict[str, Any]:
     backend.close()
     db.dispose()
     return {
-        "runs": runs,
+        "runs": total,
         "workers": workers,
         "gpus_per_run": 8,
-        "completed": runs - failures,
+        "completed": total - failures,
         "resets": resets,
         "overhead_s_median": round(statistics.median(overheads), 4),
         "overhead_s_p99": round(percentile(overheads, 0.99), 4),
@@ -189,13 +238,28 @@ def bench(runs: int, workers: int) -> dict[str, Any]:
         "wall_s_median": round(statistics.median(walls), 4),
         "wall_s_p99": round(percentile(walls, 0.99), 4),
         "process_cpu_s_median": round(statistics.median(cpus), 4),
-        "journal_writes_per_run": round(writes[0] / runs, 1),
+        "journal_writes_per_run": round(writes[0] / total, 1),
         "target_overhead_s": 0.5,
         "captures": len(captures),
         "capture_s_median": round(statistics.median(captures), 4) if captures else None,
         "capture_s_p99": round(percentile(captures, 0.99), 4) if captures else None,
         "bundle_bytes_median": int(statistics.median(sizes)) if sizes else None,
         "target_capture_s": 3.0,
+        "ladder_validators": validators,
+        "ladder_runs": len(ladder_overheads),
+        "validators_s_median": (
+            round(statistics.median(validator_runtimes), 4) if validator_runtimes else None
+        ),
+        "ladder_overhead_s_median": (
+            round(statistics.median(ladder_overheads) - statistics.median(plain_overheads), 4)
+            if ladder_overheads
+            else None
+        ),
+        "ladder_overhead_s_p99": (
+            round(percentile(ladder_overheads, 0.99) - statistics.median(plain_overheads), 4)
+            if ladder_overheads
+            else None
+        ),
     }
 
 

@@ -87,8 +87,39 @@ def demo_config(
                 "systemctl": str(fleet.systemctl),
                 "rotation": {"http": {"out_url": out_url, "in_url": in_url}},
             },
+            # the validation ladder with a stand-in for RVS (the real tool needs real GPUs):
+            # the reset hive validates before its workers return, and the GPU gets its RMA
+            # record (fleetctl rma list demo-node)
+            "validation": {
+                "validators": [
+                    {
+                        "name": "rvs_gst",
+                        "kind": "rvs",
+                        "command": [str(_rvs_standin(fleet.bin_dir)), "{gpus}"],
+                        "timeout": "30s",
+                    }
+                ],
+                "plans": {"reset": ["rvs_gst"], "reboot": ["rvs_gst"]},
+            },
         }
     return validate(FleetdConfig, data, {}, "<fleetd demo built-in config>")
+
+
+def _rvs_standin(directory: Path) -> Path:
+    """A stand-in for ``rvs -c gst_single.conf``: one ``[RESULT]`` line per GPU it is given,
+    in RVS's format, every target met."""
+    path = directory / "rvs-standin"
+    path.write_text(
+        "#!/bin/sh\n"
+        'echo "[RESULT] [ 1.000001] Action name :gst-demo"\n'
+        'echo "[RESULT] [ 1.000002] Module name :gst"\n'
+        'for g in $(echo "$1" | tr , " "); do\n'
+        '  echo "[RESULT] [ 2.000000] [gst-demo] [gst] [GPU:: $g] GFLOPS 1420000.000 '
+        'Target GFLOPS: 1215000.000 met: TRUE"\n'
+        "done\n"
+    )
+    path.chmod(0o755)
+    return path
 
 
 PER_WORKER_STEPS = frozenset(

@@ -22,6 +22,7 @@ from fleetd.remedy.holders import KfdInspector
 from fleetd.remedy.journal import RunJournal
 from fleetd.remedy.lease import FleetLease, SqlFleetLease
 from fleetd.remedy.ports import AlertView, GpuControl, GpuDumper, HealthPoller
+from fleetd.remedy.rma import RmaBook
 from fleetd.remedy.service import Remediation
 from fleetd.remedy.workers import CommandWorkers, SystemdWorkers, WorkerAdapter
 from fleetd.store.db import Database
@@ -69,7 +70,15 @@ def build_remediation(
     kfd: KfdInspector | None = None,
 ) -> Remediation:
     journal = RunJournal(db)
-    return Remediation(
+    made: list[Remediation] = []
+    rma = RmaBook(
+        db,
+        config.node.name,
+        identities=backend.gpus,
+        afids=lambda: made[0].afid_table() if made else None,
+        tickets=config.remediation.validation.ticket.enabled,
+    )
+    remediation = Remediation(
         node=config.node.name,
         config=config.remediation,
         workers=config.vllm.workers,
@@ -87,7 +96,10 @@ def build_remediation(
         benchmark=BenchmarkGate(
             config.vllm.benchmark, BaselineStore(config.state_dir / BASELINE_FILE)
         ),
+        rma=rma,
     )
+    made.append(remediation)
+    return remediation
 
 
 def config_hash(config: FleetdConfig) -> str:

@@ -68,11 +68,18 @@ def test_the_uncorrectable_error_is_remediated_end_to_end(
         "stopping",
         "reset_intent",
         "verified",
+        "validating",
+        "validator_passed",
         "readmitting",
         "done",
     ]
     positions = [text.index(f"remediation {step}") for step in order]
     assert positions == sorted(positions)
+    # the ladder's verdict is in the run, and the GPU has its RMA record (by serial)
+    assert [(o.name, o.ok) for o in run.validation] == [("rvs_gst", True)]
+    [record] = daemon.remediation.rma_records()
+    assert record.gpu == 3 and not record.physical_action_needed
+    assert [v.name for v in record.validations] == ["rvs_gst"]
     assert all(w.in_rotation and w.state() == "active" for w in built.fleet.workers.values())
     assert daemon.last_snapshot is not None
     assert daemon.status_line(daemon.last_snapshot).startswith("8/8 GPUs healthy")
@@ -114,6 +121,14 @@ def test_a_physical_class_fault_quarantines_one_gpu_without_a_reset(
     assert runs[0].gpu_indices == (6,) and runs[0].plan is m.Plan.QUARANTINE
     assert "AFID 20" in (runs[0].outcome or "") and "OAM" in (runs[0].outcome or "")
     assert "remediation replanned" in text and "remediation quarantined" in text
+    # GPU 6's RMA record: physical action from the AFID, with its class and one ticket
+    serial = {g.index: g.serial for g in daemon.remediation.executor._backend.gpus()}[6]
+    record = daemon.remediation.rma_record(str(serial))
+    assert record is not None and record.physical_action_needed
+    decision = record.open_decision
+    assert decision is not None and decision.source == "afid" and 20 in decision.afids
+    assert decision.fault_class == "HBM Errors"
+    assert [e.kind for e in daemon.remediation.events(runs[0].run_id)].count("rma_ticket") == 1
     # one page for the fault: the first report's alert (the kernel line or the counters,
     # whichever came first), never a second from the other reports
     faults = ("GpuEccUncorrectableError", "GpuKernelUncorrectableError", "GpuCperFatalError")

@@ -28,10 +28,11 @@ from fleetd.alert.notification import Notification, Receipt
 from fleetd.configbase import Secret
 from fleetd.errors import NotifyError
 
-DeliveryMode = Literal["group", "alert", "sync"]
+DeliveryMode = Literal["group", "alert", "sync", "changes"]
 """group: one message per group notification (Slack, webhook, console);
 alert: one event per alert that changed (PagerDuty, with a stable dedup key per alert);
-sync: keep a remote alert store in step, re-sending while firing (Alertmanager)."""
+sync: keep a remote alert store in step, re-sending while firing (Alertmanager);
+changes: only the change events it takes, never alerts (the RMA ticket receiver)."""
 
 RETRYABLE_4XX = frozenset({408, 429})
 _BODY_SNIPPET = 200

@@ -145,6 +145,17 @@ class WebhookConfig(_HttpIntegration):
     """Most alerts in one payload (the rest are counted in `truncatedAlerts`); 0: all."""
 
 
+class TicketReceiverConfig(_HttpIntegration):
+    """The RMA ticket hook: a JSON body per new physical-action decision on a GPU (serial, node,
+    fault class, AFIDs, operator message, evidence bundle), and nothing else (docs/remediation.md,
+    "RMA record and ticket")."""
+
+    url: Annotated[Secret, AfterValidator(check_secret_http_url)]
+    """The URL to POST tickets to (a secret: it often carries a token)."""
+    token: Secret | None = None
+    """Bearer token sent with each ticket, if the ticketing system needs one."""
+
+
 class AlertmanagerConfig(_HttpIntegration):
     """One Alertmanager to feed through POST /api/v2/alerts (list one entry per HA peer)."""
 
@@ -235,6 +246,8 @@ class ReceiverConfig(StrictModel):
     """Alertmanagers to feed (one entry per HA peer)."""
     console: list[ConsoleConfig] = Field(default_factory=list)
     """Print alerts as lines on standard output."""
+    ticket: list[TicketReceiverConfig] = Field(default_factory=list)
+    """RMA ticket hooks: they get only the tickets remediation raises (never alerts)."""
 
     @field_validator("name")
     @classmethod

@@ -46,7 +46,12 @@ from fleetd.alert.entries import new_entry
 from fleetd.alert.gpuinfo import GpuDetails
 from fleetd.alert.hooks import SELF_ALERT, DispatchHooks, rejection_alert
 from fleetd.alert.inhibit import Inhibitions, InhibitRule
-from fleetd.alert.integrations import Integration, all_integrations, build_integrations
+from fleetd.alert.integrations import (
+    Integration,
+    all_integrations,
+    build_integrations,
+    takes_change,
+)
 from fleetd.alert.matchers import parse_matcher
 from fleetd.alert.memlane import MemoryOutbox
 from fleetd.alert.notification import (
@@ -64,7 +69,7 @@ from fleetd.alert.silence_store import Acknowledgement, Silence, SilenceState, S
 from fleetd.alert.stats import IntegrationStats, readings
 from fleetd.errors import StoreError
 from fleetd.logs import get_logger
-from fleetd.model import AlertState, Reading, Transition, make_labels
+from fleetd.model import AlertState, Reading, Transition, label_value, make_labels
 from fleetd.query import Matcher
 from fleetd.store.db import Database
 
@@ -333,7 +338,7 @@ class Dispatcher:
         entries = [
             self._entry(integration, "change", "", now, change=event, dedup_id=event.id)
             for integration in self._integrations
-            if integration.send_changes and integration.mode != "sync"
+            if takes_change(integration, label_value(event.labels, "kind"))
         ]
         with self._lock:
             counted: list[int] = []

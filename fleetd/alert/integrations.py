@@ -20,6 +20,7 @@ from fleetd.alert.console import ConsoleNotifier
 from fleetd.alert.pagerduty import PagerDutyNotifier
 from fleetd.alert.retry import TokenBucket
 from fleetd.alert.slack import SlackNotifier
+from fleetd.alert.ticket import TICKET_KIND, TicketNotifier
 from fleetd.alert.webhook import WebhookNotifier
 from fleetd.configbase import Secret
 
@@ -35,6 +36,7 @@ DEFAULT_RATE_LIMITS: dict[str, tuple[float, int] | None] = {
     "webhook": (10.0, 20),
     "alertmanager": (10.0, 10),
     "console": None,
+    "ticket": (1.0, 5),
 }
 
 
@@ -145,6 +147,19 @@ def build_integrations(
                     resolved_retention=am.resolved_retention,
                 )
             )
+        for i, tk in enumerate(receiver.ticket):
+            items.append(
+                Integration(
+                    name,
+                    "ticket",
+                    i,
+                    TicketNotifier(tk, session),
+                    False,
+                    True,
+                    _limiter("ticket", tk.rate_limit),
+                    _secrets(tk.url, tk.token),
+                )
+            )
         for i, co in enumerate(receiver.console):
             items.append(
                 Integration(
@@ -159,6 +174,15 @@ def build_integrations(
             )
         out[name] = items
     return out
+
+
+def takes_change(integration: Integration, kind: str | None) -> bool:
+    """Whether a change event of ``kind`` goes to ``integration``: RMA tickets to ticket
+    integrations only, every other change to those with ``send_changes`` (never to a sync
+    integration, which mirrors alerts)."""
+    if integration.mode == "changes":
+        return kind == TICKET_KIND
+    return kind != TICKET_KIND and integration.send_changes and integration.mode != "sync"
 
 
 def all_integrations(receivers: dict[str, list[Integration]]) -> Sequence[Integration]:

@@ -52,6 +52,7 @@ _NEXT_STEP = {
     RunState.REBOOTING: "wait for the requested node reboot",
     RunState.VERIFYING: "verify every GPU of the unit (enumerates, healthy polls, links at max)",
     RunState.BURN_IN: "run the burn-in command",
+    RunState.VALIDATING: "run the validation ladder before the workers start",
     RunState.STARTING: "start the workers' units",
     RunState.AWAIT_READY: "wait for /health and the model to answer, then re-admit",
     RunState.ROLLING_BACK: "put the workers back into rotation after aborting",

@@ -180,6 +180,8 @@ class _Api:
             ("POST", "/remediation/resume", self.resume),
             ("POST", "/remediation/breaker/reset", self.reset_breaker),
             ("GET", "/remediation/baseline", self.baseline),
+            ("GET", "/rma", self.rma_list),
+            ("GET", "/rma/{serial}", self.rma_one),
             ("POST", "/remediation/baseline/capture", self.capture_baseline),
             ("GET", "/events", self.events),
             ("GET", "/rules", self.rules),
@@ -494,6 +496,24 @@ class _Api:
             return {"pause": pause_view(remedy.status().paused)}
 
         return self._act("pause", actor, body, "remediation paused", do)
+
+    def rma_list(self, request: Request) -> Response:
+        """This node's RMA records (one per physical GPU, by serial); ``physical=true``: only
+        those that need physical action."""
+        physical = _bool_arg(request, "physical")
+        remedy = self.s.remedy
+        found = [] if remedy is None else remedy.rma_records(physical_only=bool(physical))
+        return Response.json({"node": self.s.node, "records": [r.to_dict() for r in found]})
+
+    def rma_one(self, request: Request) -> Response:
+        serial = request.params["serial"]
+        if not serial or len(serial) > 128:
+            raise HttpError(400, "serial must be 1 to 128 characters")
+        remedy = self.s.remedy
+        found = None if remedy is None else remedy.rma_record(serial)
+        if found is None:
+            raise HttpError(404, f"no RMA record for serial {serial!r} on node {self.s.node}")
+        return Response.json({"node": self.s.node, "record": found.to_dict()})
 
     def baseline(self, request: Request) -> Response:
         remedy = self._remedy()

@@ -21,6 +21,7 @@ from fleetd.model import Snapshot
 from fleetd.query import Query
 from fleetd.remedy.events import RemediationEvent
 from fleetd.remedy.machine import Run
+from fleetd.remedy.rma import RmaRecord
 from fleetd.remedy.service import EvidenceFile, RemediationStatus
 from fleetd.rules.coverage import BlindSpot
 from fleetd.rules.engine import RuleEngine
@@ -54,6 +55,14 @@ class RemediationControl(Protocol):
 
     def evidence_bundle(self, run_id: str, phase: str | None = None) -> EvidenceFile | None:
         """The run's newest evidence bundle (or that of ``phase``), None when there is none."""
+        ...
+
+    def rma_records(self, *, physical_only: bool = False) -> list[RmaRecord]:
+        """The RMA records of this node's GPUs (one per serial), newest change first."""
+        ...
+
+    def rma_record(self, serial: str) -> RmaRecord | None:
+        """One GPU's RMA record by its serial, None when it has none."""
         ...
 
     def drain(self, gpu: int, *, who: str, why: str, now: float) -> str:

@@ -150,6 +150,23 @@ def run_view(run: Run) -> Json:
             {"phase": b.phase, "path": b.path, "sha256": b.sha256, "size": b.size}
             for b in run.bundles
         ],
+        "validators": list(run.settings.validators),
+        "validation": [
+            {
+                "name": o.name,
+                "kind": o.kind,
+                "ok": o.ok,
+                "summary": o.summary,
+                "attempt": o.attempt,
+                "started_at": o.started_at,
+                "duration": o.duration,
+                "exit_code": o.exit_code,
+                "timed_out": o.timed_out,
+                "target": o.target,
+                "output": o.output,
+            }
+            for o in run.validation
+        ],
     }
 
 

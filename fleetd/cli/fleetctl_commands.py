@@ -555,6 +555,10 @@ def remediation_show(node: str, run_id: str, as_json: bool, **kw: Any) -> None:
     fleet.echo(render_table(RUN_COLUMNS, [_run_row(node, run)], fleet.painter))
     for bundle in run.get("bundles", []):  # fetch with: fleetctl evidence NODE RUN
         fleet.echo(f"  evidence ({bundle['phase']}): {bundle['path']} sha256:{bundle['sha256']}")
+    for verdict in run.get("validation", []):  # the validation ladder (docs/remediation.md)
+        target = f" ({verdict['target']})" if verdict.get("target") else ""
+        mark = "pass" if verdict["ok"] else "FAIL"
+        fleet.echo(f"  validator {verdict['name']}{target}: {mark}: {verdict['summary']}")
     for event in data["events"]:
         fleet.echo(f"  {clock(event['at'])}  {event['kind']:<18} {event['message']}")
 

@@ -15,6 +15,7 @@ from fleetd.configbase import Duration, Secret, Span, StrictModel, documents
 from fleetd.remedy.caps import Cap, check_group_by
 from fleetd.remedy.commands import check_template
 from fleetd.remedy.holders import DEFAULT_MONITORING_AGENTS
+from fleetd.remedy.validation_config import ValidationConfig
 
 
 def _yaml_bool_mode(value: object) -> object:
@@ -466,3 +467,5 @@ class RemediationConfig(StrictModel):
     """Cap on GPUs out of service and the circuit breaker."""
     evidence: EvidenceConfig = Field(default_factory=EvidenceConfig)
     """The evidence bundle captured before a reset and on quarantine."""
+    validation: ValidationConfig = Field(default_factory=ValidationConfig)
+    """The validation ladder run before workers come back, and the RMA ticket hook."""

@@ -40,6 +40,7 @@ class RemediationEvent:
     alert_key: str = ""
     actor: str | None = None  # the person behind a manual action; None for fleetd itself
     outcome: str | None = None  # how the run ended (once it has), in a few words
+    details: tuple[tuple[str, str], ...] = ()  # structured fields (the RMA ticket's body)
 
 
 def alert_key(node: str, gpus: tuple[int, ...]) -> str:

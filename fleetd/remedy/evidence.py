@@ -118,6 +118,7 @@ class EvidenceCapture:
             "events_since": since,
             "journal": self._run_journal(run),
             "alerts": self._alerts(run),
+            "validation": [asdict(o) for o in run.validation],
         }
 
     def _events_since(self, now: float) -> float:

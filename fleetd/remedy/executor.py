@@ -32,7 +32,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from fleetd.clock import Clock
 from fleetd.logs import get_logger
 from fleetd.remedy import machine as m
-from fleetd.remedy import verify
+from fleetd.remedy import validators, verify
 from fleetd.remedy.commands import render, run_command
 from fleetd.remedy.config import RemediationConfig
 from fleetd.remedy.events import ChangeSink, EventSink, RemediationEvent, alert_key
@@ -47,6 +47,7 @@ from fleetd.remedy.ports import (
     HealthPoller,
     PartitionControl,
 )
+from fleetd.remedy.rma import RmaBook, RmaUpdate
 from fleetd.remedy.workers.base import WorkerAdapter
 from fleetd.vllm.benchmark import BenchmarkGate
 from fleetd.vllm.client import WorkerGone
@@ -54,6 +55,7 @@ from fleetd.vllm.config import VllmWorkerConfig
 
 log = get_logger("remedy.executor")
 
+PASSING_OUTPUT_BYTES = 2048  # of a passing validator's output; a failing one keeps more
 _MAX_TICKS_PER_RUN = 64  # zero-wait runs advance many steps per tick; a stuck one cannot spin
 
 
@@ -79,9 +81,13 @@ class Executor:
         own_pid: int | None = None,
         evidence: EvidenceCapture | None = None,
         benchmark: BenchmarkGate | None = None,
+        rma: RmaBook | None = None,
     ) -> None:
         self.node = node
         self.evidence = evidence
+        self.rma = rma
+        self._rma_done: set[str] = set()  # runs whose RMA records this process wrote
+        self._rma_checked = rma is None
         self._benchmark = benchmark
         self._cfg = config
         self._kfd = kfd or KfdInspector()
@@ -104,6 +110,8 @@ class Executor:
         self._seq: dict[str, int] = {}
         self._resume: set[str] = set()
         self.busy_s = 0.0  # time spent outside fleetd: adapters, backend, commands (bench)
+        self.validators_s = 0.0  # of which the validators' own runtime (bench)
+        self.validate_s = 0.0  # the validator commands' carrying out, parsing included (bench)
         self._redeliver = True  # events of a previous life may still be undelivered
         for run in journal.active(node):
             self._runs[run.run_id] = run
@@ -184,6 +192,7 @@ class Executor:
     def tick(self, now: float) -> None:
         """Resume restarted runs, advance every run whose wait is over, retry deliveries."""
         self._release_stale_leases()
+        self._rma_catch_up(now)
         self.redeliver(now)
         for run in self.active():
             if run.run_id in self._resume:
@@ -222,8 +231,14 @@ class Executor:
             commands = []
             acts = not run.dry_run and any(_way(a).acts for a in actions)
             if (run is not saved or unsaved) and (acts or not actions):
-                # journal first: nothing that changes the world happens before this write
-                self._journal.save(run, unsaved)
+                # journal first: nothing that changes the world happens before this write;
+                # a run concluding writes its GPUs' RMA records (and tickets) with it
+                also = None
+                if self._rma_due(run):
+                    update = self._rma_update(run, now)
+                    unsaved += [self._event(run, t, now) for t in update.tickets]
+                    also = update.write
+                self._journal.save(run, unsaved, also=also)
                 saved = run
                 if self._redeliver and delivered:  # settle before re-reading what is pending
                     self._journal.mark_delivered(delivered)
@@ -240,7 +255,48 @@ class Executor:
             events.extend(self._carry_out_all(run, actions, now))
             now = max(now, self._clock.now())
 
+    def _rma_due(self, run: m.Run) -> bool:
+        """A real run that has concluded (its last bundle taken) and has no RMA entry yet."""
+        return (
+            self.rma is not None
+            and run.terminal
+            and not run.dry_run
+            and not run.capturing
+            and run.run_id not in self._rma_done
+        )
+
+    def _rma_update(self, run: m.Run, now: float) -> RmaUpdate:
+        assert self.rma is not None
+        self._rma_done.add(run.run_id)
+        try:
+            return self.rma.plan(run, now)
+        except Exception as exc:  # the record is bookkeeping: never a reason to stall a run
+            log.warning("rma_record_failed", run_id=run.run_id, error=_describe(exc))
+            return RmaUpdate()
+
+    def _rma_catch_up(self, now: float) -> None:
+        """Concluded runs a killed daemon left without their RMA records (once per start)."""
+        if self._rma_checked or self.rma is None:
+            return
+        try:
+            recent = self._journal.runs(self.node, limit=50)
+            for run in recent:
+                if not run.terminal or run.dry_run or self.rma.applied(run):
+                    continue
+                self._seq[run.run_id] = self._journal.last_seq(run.run_id)
+                update = self._rma_update(run, now)
+                events = [self._event(run, t, now) for t in update.tickets]
+                self._journal.save(run, events, also=update.write)
+                if events:
+                    self._redeliver = True
+        except Exception as exc:
+            log.warning("rma_catch_up_failed", error=_describe(exc))
+            return
+        self._rma_checked = True
+
     def _event(self, run: m.Run, record: m.Record, now: float) -> RemediationEvent:
+        if run.run_id not in self._seq:  # a concluded run of an earlier life (a note on it)
+            self._seq[run.run_id] = self._journal.last_seq(run.run_id)
         seq = self._seq.get(run.run_id, 0) + 1
         self._seq[run.run_id] = seq
         return RemediationEvent(
@@ -265,6 +321,7 @@ class Executor:
             alert_key=alert_key(run.node, run.gpu_indices),
             actor=run.trigger.who,
             outcome=run.outcome if run.terminal else None,
+            details=record.details,
         )
 
     def _hand_out(self, events: Sequence[RemediationEvent], now: float) -> list[str]:
@@ -593,6 +650,60 @@ class Executor:
             reset_failed=tuple(sorted(found.failed.items())),
         )
 
+    def _validate(self, run: m.Run, cmd: m.RunValidator, now: float) -> m.ValidatorResult:
+        """One command validator of the ladder, killed (with its process group) at its
+        timeout; its verdict parsed from its output. Never raises."""
+        started = time.perf_counter()
+        try:
+            return self._validate_once(run, cmd)
+        finally:
+            self.validate_s += time.perf_counter() - started
+
+    def _validate_once(self, run: m.Run, cmd: m.RunValidator) -> m.ValidatorResult:
+        section = self._cfg.validation
+        spec = section.validator(cmd.name)
+        if spec is None:
+            return m.ValidatorResult(
+                cmd.name,
+                cmd.attempt,
+                False,
+                "no longer configured under remediation.validation.validators: not validated",
+                kind="missing",
+            )
+        try:
+            argv = validators.command_for(spec.command, node=self.node, gpus=run.verify_gpus)
+        except Exception as exc:
+            return m.ValidatorResult(cmd.name, cmd.attempt, False, _describe(exc), kind=spec.kind)
+        ran = validators.execute(argv, timeout=spec.timeout)
+        self.validators_s += ran.duration
+        verdict = validators.judge(
+            spec.kind,
+            ran,
+            timeout=spec.timeout,
+            min_average_gbps=spec.min_average_gbps,
+            min_rtotal_gbps=spec.min_rtotal_gbps,
+        )
+        keep = section.output_bytes if not verdict.ok else PASSING_OUTPUT_BYTES
+        log.info(
+            "remediation_validator",
+            run_id=run.run_id,
+            validator=cmd.name,
+            ok=verdict.ok,
+            summary=verdict.summary,
+            duration=round(ran.duration, 3),
+        )
+        return m.ValidatorResult(
+            cmd.name,
+            cmd.attempt,
+            verdict.ok,
+            verdict.summary,
+            kind=verdict.kind,
+            exit_code=verdict.exit_code,
+            timed_out=verdict.timed_out,
+            duration=verdict.duration,
+            output=validators.tail(verdict.output, keep),
+        )
+
     def _burn_in(self, run: m.Run, cmd: m.RunBurnIn, now: float) -> m.BurnInResult:
         burn = self._cfg.verify.burn_in
         if burn is None:
@@ -687,6 +798,13 @@ _WAYS: dict[type[object], _Way[Any]] = dict(
         ),
         _row(m.PollHealth, Executor._poll, _answer(m.HealthResult()), acts=False),
         _row(m.RunBurnIn, Executor._burn_in, _answer(m.BurnInResult(None, "dry-run"))),
+        _row(
+            m.RunValidator,
+            Executor._validate,
+            lambda run, cmd: m.ValidatorResult(
+                cmd.name, cmd.attempt, True, "dry-run: not run", kind="dry-run"
+            ),
+        ),
         _row(m.StartUnit, Executor._start, _for_worker(m.StartResult), per_worker=True),
         _row(
             m.CheckReady,
@@ -723,6 +841,8 @@ def _progress(run: m.Run) -> tuple[object, ...]:
         run.healthy_polls,
         run.rediscovered,
         run.next_at,
+        run.validating,
+        len(run.validation),
     )
 
 

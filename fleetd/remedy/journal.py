@@ -13,7 +13,7 @@ and are created alone in the shared PostgreSQL registry for fleet-wide ones
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import (
@@ -141,8 +141,15 @@ class RunJournal:
         self._db = db
 
     # ---- writes ------------------------------------------------------------------------
-    def save(self, run: Run, events: Sequence[RemediationEvent] = ()) -> None:
-        """Upsert ``run`` and append ``events`` in one transaction."""
+    def save(
+        self,
+        run: Run,
+        events: Sequence[RemediationEvent] = (),
+        *,
+        also: Callable[[Connection], None] | None = None,
+    ) -> None:
+        """Upsert ``run`` and append ``events`` in one transaction; ``also`` writes what must
+        change with them (the RMA records of a concluded run, ``fleetd.remedy.rma``)."""
         row = {
             "node": run.node,
             "plan": run.plan.value,
@@ -163,6 +170,8 @@ class RunJournal:
             seq = max([last or 0, *(e.seq for e in events)])
             upsert(conn, runs_table, {"run_id": run.run_id}, {"last_seq": seq, **row})
             self._insert_events(conn, events)
+            if also is not None:
+                also(conn)
 
     def append_events(self, events: Sequence[RemediationEvent]) -> None:
         """Append events that change no run (node-level, or a note on a finished run)."""

@@ -11,7 +11,8 @@ reset a second time.
 Plans and their paths::
 
     reset       planned → unrouting → balancer_wait → quiescing → stopping → release_check
-                → resetting → verifying → [burn_in] → starting → await_ready → done
+                → resetting → verifying → [burn_in] → [validating] → starting → await_ready
+                → done
     reboot      … → stopping → rebooting → verifying → … → done
     quarantine  … → stopping → quarantined          (kept drained; pages a human)
     drain       … → stopping → drained              (a human asked; kept drained)
@@ -61,6 +62,7 @@ from fleetd.remedy.messages import (
     ResetResult,
     Resumed,
     RunBurnIn,
+    RunValidator,
     Severity,
     StartResult,
     StartUnit,
@@ -69,6 +71,7 @@ from fleetd.remedy.messages import (
     Tick,
     Unroute,
     UnrouteResult,
+    ValidatorResult,
 )
 from fleetd.remedy.run import (
     MANUAL_PLANS,
@@ -80,11 +83,12 @@ from fleetd.remedy.run import (
     RunState,
     Trigger,
     UnitGpu,
+    ValidatorOutcome,
     WorkerPhase,
     WorkerProgress,
     due,
 )
-from fleetd.remedy.steps import drain, readmit, reset, terminal
+from fleetd.remedy.steps import drain, readmit, reset, terminal, validate
 from fleetd.remedy.steps.common import Handler, Step, gpu_list, gpu_ranges, name_list
 
 
@@ -187,6 +191,7 @@ _HANDLERS: dict[RunState, Handler] = {
     RunState.REBOOTING: reset.on_rebooting,
     RunState.VERIFYING: reset.on_verifying,
     RunState.BURN_IN: reset.on_burn_in,
+    RunState.VALIDATING: validate.on_validating,
     RunState.STARTING: readmit.on_starting,
     RunState.AWAIT_READY: readmit.on_await_ready,
     RunState.ROLLING_BACK: terminal.on_rolling_back,
@@ -238,6 +243,7 @@ __all__ = [
     "RunBurnIn",
     "RunSettings",
     "RunState",
+    "RunValidator",
     "Severity",
     "StartResult",
     "StartUnit",
@@ -249,6 +255,8 @@ __all__ = [
     "UnitGpu",
     "Unroute",
     "UnrouteResult",
+    "ValidatorOutcome",
+    "ValidatorResult",
     "WorkerPhase",
     "WorkerProgress",
     "due",

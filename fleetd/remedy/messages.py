@@ -25,6 +25,7 @@ class Record:
     evidence: tuple[str, ...] = ()
     raise_alert: bool = False
     resolve_alert: bool = False
+    details: tuple[tuple[str, str], ...] = ()  # structured fields (the RMA ticket's body)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +103,15 @@ class RunBurnIn:
 
 
 @dataclass(frozen=True, slots=True)
+class RunValidator:
+    """Run the command validator ``name`` of the ladder on the unit (``attempt`` > 1: the one
+    before was cut short by a restart)."""
+
+    name: str
+    attempt: int = 1
+
+
+@dataclass(frozen=True, slots=True)
 class StartUnit:
     worker: str
 
@@ -132,6 +142,7 @@ Command = (
     | Rediscover
     | PollHealth
     | RunBurnIn
+    | RunValidator
     | StartUnit
     | CheckReady
     | Reroute
@@ -264,6 +275,22 @@ class BurnInResult:
 
 
 @dataclass(frozen=True, slots=True)
+class ValidatorResult:
+    """A command validator's verdict: ``ok`` only when it exited 0 and its parser read a pass
+    from its output."""
+
+    name: str
+    attempt: int
+    ok: bool
+    summary: str
+    kind: str = ""
+    exit_code: int | None = None
+    timed_out: bool = False
+    duration: float = 0.0
+    output: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class StartResult:
     worker: str
     error: str | None = None
@@ -301,6 +328,7 @@ Event = (
     | RediscoverResult
     | HealthResult
     | BurnInResult
+    | ValidatorResult
     | StartResult
     | ReadyResult
     | RerouteResult

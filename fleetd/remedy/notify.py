@@ -27,6 +27,7 @@ from typing import Protocol
 
 from fleetd.alert.config import REMEDIATION_ALERT
 from fleetd.alert.notification import ChangeEvent, DetailValue
+from fleetd.alert.ticket import TICKET_KIND
 from fleetd.model import Alert, AlertKey, AlertState, Severity, Transition, make_labels
 from fleetd.remedy.codec import event_to_dict
 from fleetd.remedy.events import ChangeSink, RemediationEvent
@@ -64,8 +65,9 @@ _ENDED_STATES = frozenset({"done", "quarantined", "aborted", "drained"})
 
 
 def notified(event: RemediationEvent) -> bool:
-    """Whether ``event`` becomes a change event."""
-    return event.kind in MILESTONES or (
+    """Whether ``event`` becomes a change event (an RMA ticket is one, for the ticket
+    receivers alone: ``fleetd.alert.integrations.takes_change``)."""
+    return event.kind in MILESTONES or event.kind == TICKET_KIND or (
         event.kind in AFTER_THE_END and event.state in _ENDED_STATES
     )
 
@@ -118,6 +120,8 @@ def change_event(event: RemediationEvent) -> ChangeEvent:
             details["alert_fingerprint"] = event.trigger.fingerprint
     for i, line in enumerate(event.evidence, start=1):
         details[f"evidence_{i}"] = line
+    for key, value in event.details:
+        details[key] = value
     prefix = "[dry-run] " if event.dry_run else ""
     return ChangeEvent(
         summary=f"{prefix}{event.node}: {event.message}"[:1024],

@@ -174,6 +174,11 @@ def afid_plan(alert: Alert, table: AfidTable | None = None) -> tuple[Action | No
     return mapped, f"{name} calls for {kind}{tail}: the AFID table asks for"
 
 
+def shipped_afid_table() -> AfidTable | None:
+    """fleetd's own AFID table (None when it cannot be read)."""
+    return _shipped_table()
+
+
 @cache
 def _shipped_table() -> AfidTable | None:
     try:

@@ -33,6 +33,7 @@ class RunState(StrEnum):
     REBOOTING = "rebooting"
     VERIFYING = "verifying"
     BURN_IN = "burn_in"
+    VALIDATING = "validating"
     STARTING = "starting"
     AWAIT_READY = "await_ready"
     ROLLING_BACK = "rolling_back"
@@ -125,6 +126,7 @@ class UnitGpu:
     index: int
     uuid: str | None = None
     bdf: str | None = None
+    serial: str | None = None  # the physical GPU's board serial: its RMA record's key
 
     @property
     def key(self) -> str:
@@ -151,6 +153,24 @@ class Bundle:
 
 
 @dataclass(frozen=True, slots=True)
+class ValidatorOutcome:
+    """One validator's verdict in a run (the ladder's record): its output's end is kept, the
+    whole of it up to ``validation.output_bytes`` when it failed."""
+
+    name: str
+    kind: str
+    ok: bool
+    summary: str
+    attempt: int = 1
+    started_at: float = 0.0
+    duration: float = 0.0
+    exit_code: int | None = None
+    timed_out: bool = False
+    target: str = ""  # the worker, for the inference probe
+    output: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class RunSettings:
     """The waits and limits a run was planned with (frozen in the journal: a reload mid-run
     does not change a run already under way)."""
@@ -173,6 +193,7 @@ class RunSettings:
     reboot_timeout: float = 1800.0
     escalate_to_reboot: bool = False
     capture_evidence: bool = False  # an evidence bundle before the reset and on quarantine
+    validators: tuple[str, ...] = ()  # the validation ladder, in order (``inference`` last)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +238,12 @@ class Run:
     capturing: str = ""
     capture_attempt: int = 0
     bundles: tuple[Bundle, ...] = ()
+    # the validation ladder: the validator under way (journaled before it starts: a restart
+    # runs it again as the next attempt, never skips it) and every verdict so far
+    validating: str = ""
+    validate_attempt: int = 0
+    validation: tuple[ValidatorOutcome, ...] = ()
+    validated_at: float | None = None  # when the command validators were through
 
     @property
     def terminal(self) -> bool:

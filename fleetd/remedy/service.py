@@ -17,12 +17,13 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from fleetd.clock import Clock
 from fleetd.errors import RemedyError
+from fleetd.events.afid import AfidTable
 from fleetd.logs import get_logger
 from fleetd.model import GpuIdentity, Reading, Transition, make_labels
 from fleetd.remedy import machine as m
@@ -42,10 +43,13 @@ from fleetd.remedy.policy import (
     merge_incident,
     reboot_available,
     settings_for,
+    shipped_afid_table,
     trigger_of,
     wants_remediation,
 )
 from fleetd.remedy.ports import AlertView, FaultEvents, GpuControl, HealthPoller
+from fleetd.remedy.rma import RmaBook, RmaRecord
+from fleetd.remedy.validation_config import ladder_for
 from fleetd.remedy.workers.base import WorkerAdapter
 from fleetd.vllm.benchmark import Baseline, BenchmarkGate, ProbeError
 from fleetd.vllm.config import VllmWorkerConfig
@@ -129,6 +133,7 @@ class Remediation:
         kfd: KfdInspector | None = None,
         evidence: EvidenceCapture | None = None,
         benchmark: BenchmarkGate | None = None,
+        rma: RmaBook | None = None,
     ) -> None:
         self.node = node
         self.config = config
@@ -158,6 +163,7 @@ class Remediation:
             kfd=kfd,
             evidence=evidence,
             benchmark=benchmark,
+            rma=rma,
         )
 
     def attach_events(self, events: FaultEvents) -> None:
@@ -271,6 +277,7 @@ class Remediation:
             and set(gpus) == {g.index for g in self._identities().values()}
         )
         settings = settings_for(self.config, dry_run=dry_run, escalate_to_reboot=escalate)
+        settings = replace(settings, validators=self._ladder(plan, trigger))
         return self._open(
             run_id,
             plan,
@@ -283,6 +290,17 @@ class Remediation:
             escalated=decision.escalated,
             settle=settle,
         )
+
+    def _ladder(self, plan: m.Plan, trigger: m.Trigger) -> tuple[str, ...]:
+        """The validators a run of ``plan`` for ``trigger`` must pass (by fault class, else by
+        plan), frozen into the run's settings."""
+        afids = self._events.afids if self._events is not None else None
+        return ladder_for(self.config.validation, plan.value, trigger, afids)
+
+    def afid_table(self) -> AfidTable | None:
+        """The AFID table in force (the RMA record reads categories and messages from it):
+        the event sources' (shipped plus the operator's), else the shipped one."""
+        return self._events.afids if self._events is not None else shipped_afid_table()
 
     def _settle(self) -> float:
         return self._events.settle if self._events is not None else 0.0
@@ -521,6 +539,15 @@ class Remediation:
     def events(self, run_id: str | None = None, *, limit: int = 1000) -> list[RemediationEvent]:
         return self._journal.events(run_id=run_id, node=self.node, limit=limit)
 
+    def rma_records(self, *, physical_only: bool = False) -> list[RmaRecord]:
+        """This node's RMA records, one per physical GPU (by serial), newest change first."""
+        book = self.executor.rma
+        return [] if book is None else book.records(physical_only=physical_only)
+
+    def rma_record(self, serial: str) -> RmaRecord | None:
+        book = self.executor.rma
+        return None if book is None else book.record(serial)
+
     def evidence_bundle(self, run_id: str, phase: str | None = None) -> EvidenceFile | None:
         """A bundle the run's journal names (the newest, or that of ``phase``), read whole;
         None when the run has none or its file is gone (retention dropped it)."""
@@ -559,7 +586,9 @@ class Remediation:
     ) -> str:
         identities = self._identities()
         unit = tuple(
-            m.UnitGpu(i, identities[i].uuid, identities[i].bdf) if i in identities else m.UnitGpu(i)
+            m.UnitGpu(i, identities[i].uuid, identities[i].bdf, identities[i].serial)
+            if i in identities
+            else m.UnitGpu(i)
             for i in gpus
         )
         held: set[int] = set()

@@ -35,6 +35,7 @@ TABLE_MODULES: tuple[str, ...] = (
     "fleetd.store.tables",
     "fleetd.store.events",
     "fleetd.remedy.journal",
+    "fleetd.remedy.rma",
 )
 """Modules that declare tables on METADATA; imported before the schema is created or checked.
 The one registry of fleetd's tables (``tests/test_layering.py`` checks it is complete)."""

@@ -338,6 +338,7 @@ def test_resume_in_resetting_verifies_and_never_resets_again() -> None:
         (m.RunState.ROLLING_BACK, m.Reroute),
         (m.RunState.PLANNED, m.AcquireLease),
         (m.RunState.BURN_IN, m.RunBurnIn),
+        (m.RunState.VALIDATING, m.RunValidator),
     ],
 )
 def test_resume_reissues_what_the_state_needs(state: m.RunState, expected: type) -> None:
@@ -389,6 +390,7 @@ def sample_run(state: m.RunState) -> m.Run:
         m.RunState.REBOOTING: m.WorkerPhase.STOPPED,
         m.RunState.VERIFYING: m.WorkerPhase.STOPPED,
         m.RunState.BURN_IN: m.WorkerPhase.STOPPED,
+        m.RunState.VALIDATING: m.WorkerPhase.STOPPED,
         m.RunState.STARTING: m.WorkerPhase.STARTING,
         m.RunState.AWAIT_READY: m.WorkerPhase.STARTED,
         m.RunState.ROLLING_BACK: m.WorkerPhase.UNROUTED,
@@ -407,6 +409,9 @@ def sample_run(state: m.RunState) -> m.Run:
         deadline=NOW + 50,
         next_at=NOW + 5,
         rediscovered=state is m.RunState.VERIFYING,
+        validating="rvs" if state is m.RunState.VALIDATING else "",
+        validate_attempt=1 if state is m.RunState.VALIDATING else 0,
+        settings=replace(run.settings, validators=("rvs", "inference")),
     )
 
 
@@ -440,6 +445,9 @@ EVENTS: list[m.Event] = [
     m.HealthResult((), ((3, 9.0),)),
     m.BurnInResult(),
     m.BurnInResult("exit 3"),
+    m.ValidatorResult("rvs", 1, True, "8 result(s), all TRUE"),
+    m.ValidatorResult("rvs", 1, False, "exited 1", output="[ERROR ] boom"),
+    m.ValidatorResult("rvs", 2, True, "late answer"),
     m.StartResult("w0"),
     m.StartResult("w0", "boom"),
     m.ReadyResult("w0", True),

@@ -188,3 +188,43 @@ def test_sigkill_during_the_evidence_capture_never_captures_twice_into_one_bundl
     on_disk = sorted(p.name for p in (node.tmp / "evidence").iterdir())
     first = [f"{run.run_id}.pre_reset.1.json.gz"] if when == "after" else []
     assert on_disk == [*first, f"{run.run_id}.pre_reset.2.json.gz"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when", ["before", "during", "after"])
+def test_sigkill_during_validation_resumes_and_never_skips_the_validator(
+    node: Node, when: str
+) -> None:
+    """Killed with the validator journaled: before it started, while it ran (it outlives the
+    daemon in its own process group), or after it answered but before its verdict was
+    journaled. The restarted run runs it again as attempt 2 and takes that verdict: the
+    validator is never skipped, and the unit is reset once."""
+    fixture = Path(__file__).with_name("fixtures") / "validators" / "rvs_gst_pass.txt"
+    calls = node.tmp / "rvs.calls"
+    tool = node.tmp / "rvs"
+    tool.write_text(f'#!/bin/sh\necho "$@" >> {calls}\nsleep 2\ncat {fixture}\n')
+    tool.chmod(0o755)
+    node.config["remediation"]["validation"] = {
+        "validators": [
+            {"name": "rvs", "kind": "rvs", "command": [str(tool), "{gpus}"], "timeout": "30s"}
+        ],
+        "plans": {"reset": ["rvs"]},
+    }
+    node.sim.inject(3, "ecc_uncorrectable")
+    assert node.daemon(fault=True, crash=("RunValidator", when)) == -signal.SIGKILL
+    assert node.daemon(fault=False, crash=None) == 0
+    db = Database.open(node.db_url)
+    try:
+        journal = RunJournal(db)
+        [run] = journal.runs(NODE)
+        kinds = [e.kind for e in journal.events(run_id=run.run_id)]
+    finally:
+        db.dispose()
+    assert run.state is m.RunState.DONE, run.outcome
+    assert node.sim.reset_count() == 1 and kinds.count("reset_intent") == 1
+    assert kinds.count("validator_resumed") == 1
+    [verdict] = run.validation
+    assert verdict.name == "rvs" and verdict.ok and verdict.attempt == 2
+    started = calls.read_text().splitlines()
+    assert len(started) == (1 if when == "before" else 2)  # run again, never skipped
+    assert node.fleet.workers["gpu3"].in_rotation

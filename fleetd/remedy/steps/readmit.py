@@ -17,7 +17,7 @@ from fleetd.remedy.messages import (
     StartUnit,
     Tick,
 )
-from fleetd.remedy.run import Run, RunState, WorkerPhase, due
+from fleetd.remedy.run import Run, RunState, ValidatorOutcome, WorkerPhase, due
 from fleetd.remedy.steps.common import (
     Step,
     add_evidence,
@@ -30,6 +30,7 @@ from fleetd.remedy.steps.common import (
     workers_in,
 )
 from fleetd.remedy.steps.terminal import finish, quarantine
+from fleetd.remedy.validators import INFERENCE
 
 
 def start_readmitting(run: Run, now: float) -> Step:
@@ -95,6 +96,26 @@ def _below_baseline(run: Run, event: ReadyResult, now: float) -> Step:
     return run, cmds
 
 
+def _inference_verdict(run: Run, event: ReadyResult, now: float) -> tuple[Run, ReadyResult]:
+    """The ladder's inference rung on one worker: the probe's verdict is the validator's. A
+    probe that did not run (the gate off, no baseline) is no validation: it fails, like any
+    required validator that cannot give a verdict."""
+    word = event.benchmark
+    if not word or word.startswith("benchmark skipped"):
+        why = word or "the benchmark gate (vllm.benchmark) is off"
+        word = f"benchmark probe failed: the inference validator could not run ({why})"
+        event = replace(event, benchmark=word, below_baseline=True)
+    outcome = ValidatorOutcome(
+        name=INFERENCE,
+        kind=INFERENCE,
+        ok=not event.below_baseline,
+        summary=word,
+        started_at=now,
+        target=event.worker,
+    )
+    return replace(run, validation=(*run.validation, outcome)), event
+
+
 def _conclude_readmission(run: Run, now: float) -> Step:
     failed = workers_in(run, WorkerPhase.FAILED)
     slow = [w for w in run.workers if w.name in failed and _is_slow(w.detail)]
@@ -121,6 +142,8 @@ def on_await_ready(run: Run, event: Event, now: float) -> Step:
             if run.next_at is None:
                 run = replace(run, next_at=now + s.ready_poll_interval)
             return run, []
+        if INFERENCE in run.settings.validators:
+            run, event = _inference_verdict(run, event, now)
         if event.below_baseline:
             return _below_baseline(run, event, now)
         run = set_worker(run, event.worker, phase=WorkerPhase.READY, detail=event.detail)

@@ -35,8 +35,8 @@ from fleetd.remedy.steps.common import (
     plural,
 )
 from fleetd.remedy.steps.counters import EFFECT_TEXT, lowest_counts, new_errors, reset_effect
-from fleetd.remedy.steps.readmit import start_readmitting
 from fleetd.remedy.steps.terminal import quarantine
+from fleetd.remedy.steps.validate import start_validating
 
 
 def start_reset(run: Run, now: float) -> Step:
@@ -192,7 +192,7 @@ def on_verifying(run: Run, event: Event, now: float) -> Step:
             )
             if s.burn_in:
                 return after([note], _start_burn_in(run, now))
-            return after([note], start_readmitting(run, now))
+            return after([note], start_validating(run, now))
         if s.verify_poll_interval <= 0:
             return replace(run, next_at=None), [PollHealth()]
         return replace(run, next_at=now + s.verify_poll_interval), []
@@ -219,7 +219,7 @@ def on_burn_in(run: Run, event: Event, now: float) -> Step:
             run = add_evidence(run, f"burn-in failed: {event.error} {event.detail}".strip())
             return _verify_failed(run, now, f"burn-in failed: {event.error}")
         note = Record("burn_in_passed", f"burn-in passed {event.detail}".strip())
-        return after([note], start_readmitting(run, now))
+        return after([note], start_validating(run, now))
     if isinstance(event, Resumed):
         return run, [RunBurnIn()]
     return run, []
