@@ -406,3 +406,6 @@ class RemediationConfig(StrictModel):
     """Cap on GPUs out of service and the circuit breaker."""
     evidence: EvidenceConfig = Field(default_factory=EvidenceConfig)
     """The evidence bundle captured before a reset and on quarantine."""
+    kpi_window: Annotated[Duration, Span(3600, "90d")] = 604800.0
+    """The window of the reliability KPIs and rule precision (`GET /api/v1/report`, `fleetctl
+    report`, the `fleetd_kpi_*` series): runs and alerts of the last this long."""

@@ -217,6 +217,8 @@ class Run:
     capturing: str = ""
     capture_attempt: int = 0
     bundles: tuple[Bundle, ...] = ()
+    # when each capture began, by phase (the first attempt's time): the KPIs' capture stage
+    captures_started: tuple[tuple[str, float], ...] = ()
 
     @property
     def terminal(self) -> bool:

@@ -31,10 +31,17 @@ LATER_RUN_FIELDS = (
     "reset_at",
     "reset_confirmed",
 )
-ADDED_SINCE_TODAY = ("reset_at", "reset_confirmed", "capturing", "capture_attempt", "bundles")
+ADDED_SINCE_TODAY = (
+    "reset_at",
+    "reset_confirmed",
+    "capturing",
+    "capture_attempt",
+    "bundles",
+    "captures_started",
+)
 """Run fields newer than the TODAY rows (the reset's time and the driver's confirmation of
-it, the evidence capture and its bundles): written at their defaults for those rows, and
-left out of the to-the-byte comparison."""
+it, the evidence capture, its bundles and when each began): written at their defaults for
+those rows, and left out of the to-the-byte comparison."""
 SETTINGS_ADDED_SINCE_TODAY = ("capture_evidence",)
 
 
