@@ -11,6 +11,7 @@ import click
 from fleetd import __version__
 from fleetd.cli.fleetctl_commands import COMMANDS
 from fleetd.cli.fleetctl_evidence import evidence_command
+from fleetd.cli.fleetctl_report import report_command
 from fleetd.cli.fleetctl_status import status_command
 
 
@@ -27,6 +28,7 @@ def main() -> None:
 
 main.add_command(status_command)
 main.add_command(evidence_command)
+main.add_command(report_command)
 for command in COMMANDS:
     main.add_command(command)
 
