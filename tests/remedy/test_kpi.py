@@ -5,14 +5,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from fleetd.cli.fleetctl_context import Fleet
+from fleetd.cli.fleetctl_report import NodeReport, render
+from fleetd.clock import FakeClock
 from fleetd.collect.catalog import CATALOG
 from fleetd.model import GpuIdentity
 from fleetd.remedy import machine as m
 from fleetd.remedy.events import RemediationEvent
+from fleetd.remedy.journal import RunJournal
 from fleetd.remedy.kpi import (
     RuleMode,
     build_report,
@@ -20,6 +25,9 @@ from fleetd.remedy.kpi import (
     run_figures,
     stage_durations,
 )
+from fleetd.remedy.reliability import ReliabilityReporter
+
+from .rig import make_rig, path_with
 
 NODE = "gpu-node-001"
 HOUR = 3600.0
@@ -290,3 +298,65 @@ def test_nothing_to_measure_is_left_out_never_a_zero() -> None:
     assert "fleetd_kpi_time_to_repair_seconds" not in metrics
     assert "fleetd_rule_precision_ratio" not in metrics
     assert "fleetd_kpi_remediation_runs" in metrics  # a count of none is a real 0
+
+
+def test_the_rig_s_reset_of_a_served_hive_reports_every_stage(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The remediation rig (simulator, stand-in vLLM workers, real journal): one reset run,
+    then the report, its metrics and fleetctl's rendering of it show each stage and the
+    success."""
+    rig = make_rig(tmp_path, clock, workers_on=(2, 3))
+    monkeypatch.setenv("PATH", path_with(rig.fleet.bin_dir))
+    try:
+        for worker in rig.fleet.workers.values():
+            worker.add_requests(1, duration_s=6.0)  # in flight: the drain takes time
+        rig.sim.inject(3, "ecc_uncorrectable", count=2)
+        [run_id] = rig.fault(3)
+        rig.run_until_settled()
+        assert rig.run(run_id).state is m.RunState.DONE
+        reporter = ReliabilityReporter(
+            node=rig.node_name,
+            journal=RunJournal(rig.db),
+            history=lambda since, now: [],
+            identities=rig.backend.gpus,
+            rules=lambda: [RuleMode("GpuUncorrectableEcc", "remediate", "reset")],
+            window_s=DAY,
+            probation_s=HOUR,
+        )
+        now = clock.now()
+        report = reporter.report(now)
+    finally:
+        rig.close()
+    assert (report.succeeded, report.failed) == (1, 0)
+    stages = {s: v.mean_s for s, v in report.stages}
+    assert set(stages) == {
+        "queued",
+        "drain",
+        "capture",
+        "reset",
+        "verify",
+        "worker_start",
+        "back_in_rotation",
+    }, stages
+    assert stages["drain"] is not None and stages["drain"] >= 6.0  # waited for the request
+    assert stages["worker_start"] is not None and stages["worker_start"] > 0  # units load
+    [run] = report.runs
+    assert run.repair == "automatic" and sum(dict(run.stages).values()) == run.repair_s
+    assert {g.serial for g in report.gpus if g.incidents} == {
+        next(i.serial for i in rig.backend.gpus() if i.index == 3)
+    }
+    values = {(r.metric, r.labels): r.value for r in reporter.readings(now)}
+    assert values[("fleetd_kpi_remediation_success_ratio", ())] == 1.0
+    assert (
+        values[("fleetd_kpi_readmission_stage_seconds", (("stage", "worker_start"),))]
+        == (stages["worker_start"])
+    )
+    shown = render(
+        [NodeReport(rig.node_name, report.to_dict(), now)],
+        Fleet(None, None, 2.0, None, None, False, 300.0),
+        source="the agents",
+    )
+    assert "runs: 1 succeeded, 0 failed (success 100%)" in shown
+    assert "worker start " in shown and "back in rotation " in shown
+    assert f"{run_id} reset done repair automatic" in shown
