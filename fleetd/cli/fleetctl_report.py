@@ -179,7 +179,7 @@ def from_agents(fleet: Fleet, nodes: Sequence[str], window: float | None) -> lis
 def from_registry(fleet: Fleet, nodes: Sequence[str], now: float) -> list[NodeReport]:
     """Every agent's last published summary, in one query; stale ones say so."""
     from fleetd.registry.reader import RegistryError, RegistryReader
-    from fleetd.registry.report import read_reports
+    from fleetd.registry.report_reader import read_reports
 
     reader = RegistryReader(_need_db(fleet, "the fleet report"), timeout=fleet.timeout)
     try:
@@ -302,7 +302,17 @@ def _node_row(n: NodeReport) -> list[Cell]:
     ]
 
 
-def render(reports: Sequence[NodeReport], fleet: Fleet, *, source: str) -> str:
+def _rank(n: NodeReport) -> tuple[int, int, float, int, str]:
+    """Nodes that need a look first: no answer, failed runs, GPU-hours out, incidents."""
+    s = n.summary or {}
+    failed = int((s.get("success") or {}).get("failed") or 0)
+    hours = float(s.get("gpu_hours_out_of_service") or 0.0)
+    gpus = (s.get("incidents") or {}).get("gpus") or []
+    incidents = sum(int(g.get("incidents") or 0) for g in gpus)
+    return (0 if n.error else 1, -failed, -hours, -incidents, n.node)
+
+
+def render(reports: Sequence[NodeReport], fleet: Fleet, *, source: str, show: int = 20) -> str:
     paint = fleet.painter.paint
     summaries = [r.summary for r in reports if r.summary is not None]
     figures = combine(summaries)
@@ -315,8 +325,12 @@ def render(reports: Sequence[NodeReport], fleet: Fleet, *, source: str) -> str:
         ),
         *_headline(figures),
         "",
-        render_table(NODE_COLUMNS, [_node_row(r) for r in reports], fleet.painter),
+        render_table(
+            NODE_COLUMNS, [_node_row(r) for r in sorted(reports, key=_rank)[:show]], fleet.painter
+        ),
     ]
+    if len(reports) > show:
+        lines.append(f"… and {len(reports) - show} more nodes (--show N lists more)")
     rows = _rule_rows(figures["rules"])
     if rows:
         lines += ["", paint("rules: what their firings led to (precision)", "bold")]
@@ -360,9 +374,18 @@ def _runs(summary: Mapping[str, Any]) -> list[str]:
     help="Another window than each agent's remediation.kpi_window (e.g. 24h, 30d); agents "
     "only: the registry holds what each agent last published.",
 )
+@click.option(
+    "--show",
+    type=click.IntRange(1, 1_000_000),
+    default=20,
+    show_default=True,
+    help="Nodes listed (those that need a look first: no answer, failed runs, GPU-hours out).",
+)
 @click.option("--json", "as_json", is_flag=True)
 @fleet_options
-def report_command(nodes: tuple[str, ...], window: str | None, as_json: bool, **kw: Any) -> None:
+def report_command(
+    nodes: tuple[str, ...], window: str | None, show: int, as_json: bool, **kw: Any
+) -> None:
     """Reliability KPIs and rule precision: time to repair (automatic, manual), success rate,
     re-admission time by stage, incidents per GPU and hive, GPU-hours out of service, and what
     each rule's firings led to — for NODE…, the inventory, or the registry (--db, one query).
@@ -391,9 +414,9 @@ def report_command(nodes: tuple[str, ...], window: str | None, as_json: bool, **
                         for r in reports
                     ],
                 },
-                indent=2,
+                indent=2 if len(reports) <= 50 else None,  # 10,000 nodes: one line, fast
             )
         )
         raise SystemExit(code)
-    fleet.echo(render(reports, fleet, source=source))
+    fleet.echo(render(reports, fleet, source=source, show=show))
     raise SystemExit(code)

@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Column, Engine, Float, Integer, String, Table, Text
 from sqlalchemy.exc import SQLAlchemyError
 
-from fleetd.registry.reader import RegistryError, RegistryReader, describe_error
+from fleetd.registry.reader import RegistryError, describe_error
+from fleetd.registry.report_reader import REPORTS_TABLE
 from fleetd.registry.store import REGISTRY_METADATA
 from fleetd.store.upsert import upsert
 
@@ -26,7 +26,7 @@ MAX_SUMMARY_BYTES = 256 * 1024
 """A summary larger than this (thousands of rules) is published without its rule list."""
 
 reports_table = Table(
-    "fleet_reports",
+    REPORTS_TABLE,
     REGISTRY_METADATA,
     Column("node", String(255), primary_key=True),
     Column("at", Float(precision=53), nullable=False),  # the agent's clock, like heartbeat_at
@@ -36,13 +36,6 @@ reports_table = Table(
     Column("gpu_hours_out", Float, nullable=False),
     Column("summary", Text, nullable=False),  # JSON: Report.summary()
 )
-
-
-@dataclass(frozen=True, slots=True)
-class NodeReport:
-    node: str
-    at: float
-    summary: Mapping[str, Any]
 
 
 def _clean(value: Any) -> Any:
@@ -56,8 +49,8 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def publish_report(engine: Engine, node: str, summary: Mapping[str, Any], now: float) -> None:
-    """Upsert ``node``'s KPI summary as of ``now``."""
+def report_row(summary: Mapping[str, Any], now: float) -> dict[str, Any]:
+    """The row (less its ``node``) a summary is published as."""
     data = _clean(dict(summary))
     text = json.dumps(data, sort_keys=True, separators=(",", ":"))
     if len(text) > MAX_SUMMARY_BYTES:
@@ -65,7 +58,7 @@ def publish_report(engine: Engine, node: str, summary: Mapping[str, Any], now: f
         data["rules_left_out"] = "the rule list exceeded the registry's size cap"
         text = json.dumps(data, sort_keys=True, separators=(",", ":"))
     success = data.get("success") or {}
-    row = {
+    return {
         "at": now,
         "window_s": float(data.get("window_s") or 0.0),
         "succeeded": int(success.get("succeeded") or 0),
@@ -73,36 +66,13 @@ def publish_report(engine: Engine, node: str, summary: Mapping[str, Any], now: f
         "gpu_hours_out": float(data.get("gpu_hours_out_of_service") or 0.0),
         "summary": text,
     }
+
+
+def publish_report(engine: Engine, node: str, summary: Mapping[str, Any], now: float) -> None:
+    """Upsert ``node``'s KPI summary as of ``now``."""
+    row = report_row(summary, now)
     try:
         with engine.begin() as conn:
             upsert(conn, reports_table, {"node": node}, row)
     except SQLAlchemyError as exc:
         raise RegistryError(f"cannot publish the KPI report: {describe_error(exc)}") from None
-
-
-def read_reports(
-    reader: RegistryReader, *, nodes: frozenset[str] = frozenset()
-) -> list[NodeReport]:
-    """Every node's last summary (or those of ``nodes``), by node name, in one query; an
-    empty list when no agent has published one yet (no table)."""
-    where = ""
-    params: tuple[str, ...] = ()
-    if nodes:  # bound parameters, never names in the SQL text
-        where = f" WHERE node IN ({', '.join('?' for _ in nodes)})"
-        params = tuple(sorted(nodes))
-    sql = f"SELECT node, at, summary FROM {reports_table.name}{where} ORDER BY node"
-    try:
-        _names, rows = reader.query(sql, params)
-    except RegistryError as exc:
-        if "fleet_reports" in str(exc):  # the table is created by the first publishing agent
-            return []
-        raise
-    out = []
-    for node, at, text in rows:
-        try:
-            summary = json.loads(text)
-        except ValueError:  # a row no fleetd wrote
-            continue
-        if isinstance(summary, dict):
-            out.append(NodeReport(str(node), float(at), summary))
-    return out

@@ -365,8 +365,12 @@ class Report:
         total = self.succeeded + self.failed
         return self.succeeded / total if total else None
 
-    def summary(self) -> dict[str, Any]:
-        """The figures without the per-run list: what the heartbeat publishes."""
+    def summary(self, *, compact: bool = False) -> dict[str, Any]:
+        """The figures without the per-run list. ``compact`` (what the heartbeat publishes,
+        10,000 nodes in one registry read): only GPUs with an incident and rules with
+        something counted or in shadow mode."""
+        gpus = [g for g in self.gpus if g.incidents or not compact]
+        rules = [r for r in self.rules if not compact or r.mode == "shadow" or _counted(r)]
         return {
             "node": self.node,
             "at": self.now,
@@ -383,15 +387,19 @@ class Report:
                 "stages": {s: v.mean_s for s, v in self.stages},
             },
             "incidents": {
-                "gpus": [g.to_dict() for g in self.gpus],
-                "hives": [h.to_dict() for h in self.hives],
+                "gpus": [g.to_dict() for g in gpus],
+                "hives": [h.to_dict() for h in self.hives if h.incidents or not compact],
             },
             "gpu_hours_out_of_service": self.gpu_hours_out_of_service,
-            "rules": [r.to_dict() for r in self.rules],
+            "rules": [r.to_dict() for r in rules],
         }
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.summary(), "runs": [r.to_dict() for r in self.runs]}
+
+
+def _counted(t: RuleTrust) -> bool:
+    return bool(t.runs or t.fired or t.resolved_without_action or t.shadow_fired)
 
 
 def build_report(

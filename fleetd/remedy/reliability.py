@@ -126,7 +126,7 @@ class ReliabilityReporter:
 
     def summary(self, now: float) -> dict[str, Any]:
         """The figures without the per-run list (what the registry heartbeat publishes)."""
-        return self.cached(now).summary()
+        return self.cached(now).summary(compact=True)
 
 
 def history_reader(

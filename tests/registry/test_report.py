@@ -16,7 +16,7 @@ from fleetd.clock import FakeClock
 from fleetd.registry.config import RegistryConfig
 from fleetd.registry.heartbeat import RegistryHeartbeat
 from fleetd.registry.reader import RegistryReader
-from fleetd.registry.report import read_reports
+from fleetd.registry.report_reader import read_reports
 from tests.api.agent import Agent, start_agent
 from tests.fleetctl.conftest import run_fleetctl
 from tests.fleetctl.test_explain import reset_run_done
