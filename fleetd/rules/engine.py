@@ -231,7 +231,10 @@ class RuleEngine:
             state = _RuleRuntime(rule, self._timing(rule), status=RuleStatus(rule.name))
             if old is not None:
                 state.status = old.status
-                if old.rule.identity == rule.identity:
+                # into or out of shadow mode, alerts start over: the receivers resolve what
+                # they were told of, and a promoted rule's firing reaches them as new
+                same_stage = (old.rule.mode == "shadow") == (rule.mode == "shadow")
+                if old.rule.identity == rule.identity and same_stage:
                     state.alerts = old.alerts
             runtime[rule.name] = state
         for name, old in previous.items():
@@ -239,6 +242,9 @@ class RuleEngine:
             if kept is not None and kept.alerts is old.alerts:
                 continue
             for entry in old.alerts.values():
+                if old.rule.mode == "shadow":  # never notified: nothing to resolve
+                    self._dirty[entry.alert.key] = None
+                    continue
                 self._orphans[entry.alert.key] = entry
         self._runtime = runtime
         self._ranges.plan(range_needs(rule.expr for rule in rules.rules))

@@ -116,3 +116,24 @@ def test_a_shadow_rule_fires_internally_only(tmp_path: Path) -> None:
     node.temps[0] = 70.0
     assert run(engine, node, 1) == []
     assert [t.current for t in engine.take_shadow()] == [AlertState.RESOLVED]
+
+
+def test_a_reload_into_or_out_of_shadow_starts_the_alerts_over(tmp_path: Path) -> None:
+    from fleetd.clock import FakeClock
+    from tests.rules.test_rule_engine import T0
+
+    node = Node(FakeClock(T0))
+    engine = engine_for(tmp_path, _text("alert"))
+    node.temps[0] = 95.0
+    assert run(engine, node, 1) == [("0", AlertState.INACTIVE, F)]
+    # demoted to shadow: the receivers are told the alert resolved; it goes on in shadow
+    path = tmp_path / "rules.yaml"
+    path.write_text(_text("shadow"))
+    engine.reload(load_rule_set([path]))
+    assert run(engine, node, 1) == [("0", F, AlertState.RESOLVED)]
+    assert [t.current for t in engine.take_shadow()] == [F]
+    # promoted to alert again: its firing reaches the receivers as a new alert
+    path.write_text(_text("alert"))
+    engine.reload(load_rule_set([path]))
+    assert run(engine, node, 1) == [("0", AlertState.INACTIVE, F)]
+    assert engine.take_shadow() == []
