@@ -51,6 +51,7 @@ from fleetd.polltiming import PollTiming
 from fleetd.registry.heartbeat import RegistryHeartbeat
 from fleetd.reload import apply_reload, reload_logged
 from fleetd.remedy.events import ChangeSink
+from fleetd.remedy.reliability import REFRESH_S as KPI_REFRESH_S
 from fleetd.remedy.reliability import ReliabilityReporter
 from fleetd.remedy.service import Remediation
 from fleetd.rules.alert_events import log_alert_events
@@ -246,6 +247,7 @@ class Daemon:
         add("deliver", self.deliver, every(1.0))
         add("remediate", self.remediate, every(1.0))
         add("store", self.maintain, every(cfg.store.maintenance_interval))
+        add("kpi", self.refresh_kpi, every(KPI_REFRESH_S))
         if self.events is not None and self.events.service.cper is not None:
             add("cper", self.events.poll_cper, every(cfg.events.cper.interval))
         if self.vllm is not None:
@@ -427,6 +429,16 @@ class Daemon:
             self._unless_storage_down(
                 self.dispatcher.tick, self.now(), "alert_delivery_waiting_for_storage"
             )
+
+    def refresh_kpi(self) -> None:
+        """Recompute the reliability report /metrics and the heartbeat show (its own job:
+        reading a window of history never lengthens a poll)."""
+        if self.reliability is None:
+            return
+        try:
+            self.reliability.refresh(self.now())
+        except Exception as exc:  # storage down: the last report stays until it is back
+            log.warning("kpi_refresh_failed", error=repr(exc))
 
     def remediate(self) -> None:
         """Advance remediation runs; a run never acts without its journal, so it waits too."""

@@ -1,10 +1,11 @@
 """The node's reliability report: reads the journal, the alert history and the rules, and
 hands them to ``fleetd.remedy.kpi`` (pure) for one window.
 
-``report(now)`` reads afresh (the API, ``fleetctl report``); ``readings(now)`` and
-``summary(now)`` (``/metrics`` and the registry heartbeat, called every poll or beat) reuse
-the last report until ``refresh_s`` has passed or the journal's concluded runs changed, so a
-scrape never reads a week of runs.
+``report(now)`` reads afresh (the API, ``fleetctl report``); ``refresh(now)`` does too and
+keeps it (the daemon's ``kpi`` job, every ``REFRESH_S``); ``readings(now)`` and
+``summary(now)`` (``/metrics`` after each poll, the registry heartbeat) reuse the kept report
+and read afresh only when the journal's concluded runs changed (a run just ended: one small
+count query per call), so a poll never reads a week of history on its own schedule.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ MAX_RUNS = 5000
 """Runs read per report (newest first): a node with more in its window reports on these."""
 MAX_HISTORY = 50_000
 """Alert-history entries read per report (newest first)."""
+REFRESH_S = 30.0
+"""How often the daemon's ``kpi`` job computes the report the metrics and heartbeat show."""
 
 
 class ReliabilityReporter:
@@ -51,7 +54,6 @@ class ReliabilityReporter:
         rules: Callable[[], Sequence[RuleMode]],
         window_s: float,
         probation_s: float,
-        refresh_s: float = 30.0,
     ) -> None:
         self.node = node
         self.window_s = window_s
@@ -60,7 +62,6 @@ class ReliabilityReporter:
         self._history = history
         self._identities = identities
         self._rules = rules
-        self._refresh_s = refresh_s
         self._lock = threading.Lock()
         self._last: Report | None = None
         self._last_key: object = None
@@ -111,13 +112,15 @@ class ReliabilityReporter:
         counts, resets = self._journal.counts(self.node)
         return (tuple(sorted(counts.items())), resets)
 
+    def refresh(self, now: float) -> None:
+        """Compute and keep the report (the daemon's ``kpi`` job)."""
+        self.report(now)
+
     def cached(self, now: float) -> Report:
-        """The last report while it is recent and no run concluded since; else a fresh one."""
+        """The kept report while no run concluded since it was computed; else a fresh one."""
         with self._lock:
             last, key = self._last, self._last_key
-        fresh = last is not None and now - last.now < self._refresh_s and now >= last.now
-        if fresh and key == self._key():
-            assert last is not None
+        if last is not None and key == self._key():
             return last
         return self.report(now)
 
