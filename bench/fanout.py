@@ -7,7 +7,9 @@
 2. 10,000 nodes in the fleet registry on the local PostgreSQL (a private schema, dropped
    afterwards), each row with its versions (MI355X and MI300X groups, 0.5 % of nodes on an
    older driver) and its firing alerts (1 % of nodes with one): ``fleetctl status --db``,
-   ``fleetctl drift --db`` and ``fleetctl alerts --db`` read them, one query each.
+   ``fleetctl drift --db`` and ``fleetctl alerts --db`` read them, one query each; and each
+   node's reliability KPI summary (``fleet_reports``: 8 GPUs, the shipped rules' precision,
+   5 % of nodes with a remediation run) for ``fleetctl report --db``, one query too.
    Target: ≤ 1 s each.
 3. Fleet caps on that registry (each node's fleetd.yaml caps its cluster at 10 %): the wave
    check of ``fleetctl remediation mode on`` (accepted for a rack, refused for a cluster) and
@@ -290,10 +292,52 @@ def bench_caps(url: str, runs: int) -> dict[str, Any]:
     }
 
 
-def timed(args: list[str], runs: int, ok: Any) -> dict[str, Any]:
-    """Median wall of ``fleetctl args`` over ``runs``, and whether every run was right."""
+def report_rows(count: int, now: float) -> list[dict[str, Any]]:
+    """Each node's KPI summary as its heartbeat publishes it (``fleetd.registry.report``)."""
+    from fleetd.model import GpuIdentity
+    from fleetd.registry.report import report_row
+    from fleetd.remedy.kpi import build_report
+    from fleetd.rules.config import RulesConfig, load_rules
+    from fleetd.rules.trust import rule_modes
+
+    modes = rule_modes(load_rules(RulesConfig(local_dir=None)))
+    rows = []
+    for index in range(count):
+        node = f"gpu-node-{index + 1:05d}"
+        gpus = [
+            GpuIdentity(i, f"{node}-{i}", f"0000:{i:02x}:00.0", serial=f"SN{index:05d}{i}",
+                        hive_id=f"{node}-hive")
+            for i in range(8)
+        ]  # fmt: skip
+        report = build_report(
+            node=node, runs=[], events={}, history=[], identities=gpus, rules=modes,
+            now=now, window_s=7 * 86400, probation_s=7200,
+        )  # fmt: skip
+        summary = report.summary(compact=True)
+        if index % 20 == 0:  # a node that remediated once this week
+            stages = dict.fromkeys(("queued", "drain", "capture", "reset", "verify"), 12.0)
+            summary["success"] = {"succeeded": 1, "failed": 0, "ratio": 1.0}
+            summary["readmission"] = {"runs": 1, "mean_s": 240.0, "stages": stages}
+            summary["incidents"]["gpus"] = [
+                {"gpu": 3, "serial": f"SN{index:05d}3", "incidents": 1, "mean_between_s": None}
+            ]
+            summary["rules"] = [
+                {"rule": "GpuEccUncorrectableError", "mode": "remediate", "plan": "reset",
+                 "runs": 1, "fault_found": 0, "nothing_found": 1, "recurred": 0,
+                 "precision": 0.0, "fired": 1, "resolved_without_action": 0,
+                 "shadow_fired": 0, "shadow_would": None}
+            ]  # fmt: skip
+        rows.append({"node": node, **report_row(summary, now - 5)})
+    return rows
+
+
+def timed(args: list[str], runs: int, ok: Any, *, before: Any = None) -> dict[str, Any]:
+    """Median wall of ``fleetctl args`` over ``runs``, and whether every run was right
+    (``before`` is called ahead of each run, outside the time measured)."""
     walls, complete = [], True
     for _ in range(runs):
+        if before is not None:
+            before()
         wall, done = fleetctl(args)
         walls.append(wall)
         try:
@@ -349,6 +393,7 @@ def bench_silence(url: str, runs: int, now: float) -> dict[str, Any]:
 def bench_registry(count: int, runs: int) -> dict[str, Any]:
     from sqlalchemy import create_engine, text
 
+    from fleetd.registry.report import reports_table
     from fleetd.registry.store import REGISTRY_METADATA, nodes_table
 
     schema = f"bench_{uuid.uuid4().hex[:12]}"
@@ -362,8 +407,16 @@ def bench_registry(count: int, runs: int) -> dict[str, Any]:
         now = time.time()
         with engine.begin() as conn:
             conn.execute(nodes_table.insert(), registry_rows(count, now))
+            conn.execute(reports_table.insert(), report_rows(count, now))
         minority = sum(1 for i in range(count) if i % 200 == 7)
         firing = sum(1 for i in range(count) if i % 100 == 3)
+        remediated = sum(1 for i in range(count) if i % 20 == 0)
+        report_at = text("UPDATE fleet_reports SET at = :now")  # fresh when fleetctl reads
+
+        def fresh_reports() -> None:
+            with engine.begin() as conn:
+                conn.execute(report_at, {"now": time.time()})
+
         return {
             "status": timed(
                 ["status", "--db", url],
@@ -382,6 +435,22 @@ def bench_registry(count: int, runs: int) -> dict[str, Any]:
                 ["alerts", "--db", url, "--json"],
                 runs,
                 lambda d: d.returncode == 0 and len(json.loads(d.stdout)["alerts"]) == firing,
+            ),
+            "report": timed(
+                ["report", "--db", url, "--json"],
+                runs,
+                lambda d: (
+                    d.returncode == 0
+                    and json.loads(d.stdout)["fleet"]["nodes"] == count
+                    and json.loads(d.stdout)["fleet"]["success"]["succeeded"] == remediated
+                ),
+                before=fresh_reports,
+            ),
+            "report_text": timed(
+                ["report", "--db", url],
+                runs,
+                lambda d: d.returncode == 0 and f"reliability of {count} of {count}" in d.stdout,
+                before=fresh_reports,
             ),
             "silence": bench_silence(url, runs, now),
             "caps": bench_caps(url, runs),
@@ -429,6 +498,11 @@ def main() -> None:
                 "drift_target_s": 1.0,
                 "registry_alerts_wall_s": round(registry["alerts"]["seconds"], 3),
                 "registry_alerts_complete": registry["alerts"]["complete"],
+                "report_wall_s": round(registry["report_text"]["seconds"], 3),
+                "report_json_wall_s": round(registry["report"]["seconds"], 3),
+                "report_complete": registry["report"]["complete"]
+                and registry["report_text"]["complete"],
+                "report_target_s": 1.0,
                 "silence_propagation_s": round(registry["silence"]["seconds"], 3),
                 "silence_add_s": round(registry["silence"]["add_s"], 3),
                 "silence_pull_s": round(registry["silence"]["pull_s"], 4),

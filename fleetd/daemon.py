@@ -43,6 +43,7 @@ from fleetd.gpu_wiring import SimContext, carry_over_uuids, open_backend
 from fleetd.handoff import AlertStateKeeper, Handoff
 from fleetd.http_wiring import serve_http
 from fleetd.jobs import JobRunner
+from fleetd.kpi_wiring import build_reliability
 from fleetd.logs import get_logger
 from fleetd.model import Reading, Snapshot, Transition
 from fleetd.parts import build_dispatcher, build_engine, build_node_remediation, build_poller
@@ -50,12 +51,15 @@ from fleetd.polltiming import PollTiming
 from fleetd.registry.heartbeat import RegistryHeartbeat
 from fleetd.reload import apply_reload, reload_logged
 from fleetd.remedy.events import ChangeSink
+from fleetd.remedy.reliability import REFRESH_S as KPI_REFRESH_S
+from fleetd.remedy.reliability import ReliabilityReporter
 from fleetd.remedy.service import Remediation
 from fleetd.rules.alert_events import log_alert_events
 from fleetd.rules.config import load_rules
 from fleetd.rules.coverage import InputCoverage
 from fleetd.rules.health import ServiceWatch, out_of_service, status_line
 from fleetd.rules.state_store import AlertStateStore
+from fleetd.rules.trust import log_shadow_events
 from fleetd.sdnotify import SystemdNotify, watchdog_interval
 from fleetd.selfmetrics import SelfMetrics
 from fleetd.store.functions import at_ms
@@ -137,6 +141,7 @@ class Daemon:
         self.service: ServiceWatch | None = None
         self.handoff: Handoff | None = None
         self.self_metrics: SelfMetrics | None = None
+        self.reliability: ReliabilityReporter | None = None
         self.scheduler = JobRunner()
         self.router = Router()
         self.http: HttpServer | None = None
@@ -197,6 +202,9 @@ class Daemon:
             self.service = ServiceWatch(lambda: out_of_service(remedy.status(), remedy.run))
             self.engine.service = self.service
         self.handoff = Handoff(self.dispatcher, remedy, self._storage_down)
+        self.reliability = build_reliability(
+            self.config, db, backend=self.backend, store=self.store, engine=self.engine
+        )
         self.self_metrics = SelfMetrics(
             self.exporter,
             engine=self.engine,
@@ -206,6 +214,7 @@ class Daemon:
             dispatcher=self.dispatcher,
             remediation=remedy,
             fleet=self._fleet_readings,
+            kpi=self.reliability.readings,
         )
         self.events = EventWiring.build(self)
         self.services, self.http = serve_http(self)
@@ -238,6 +247,7 @@ class Daemon:
         add("deliver", self.deliver, every(1.0))
         add("remediate", self.remediate, every(1.0))
         add("store", self.maintain, every(cfg.store.maintenance_interval))
+        add("kpi", self.refresh_kpi, every(KPI_REFRESH_S))
         if self.events is not None and self.events.service.cper is not None:
             add("cper", self.events.poll_cper, every(cfg.events.cper.interval))
         if self.vllm is not None:
@@ -370,6 +380,7 @@ class Daemon:
         if transitions:  # the outbox has them: deliver beside the writes below, not after
             self.scheduler.run_soon("deliver")
         log_alert_events(transitions, self.store.append_event)  # for history and explain
+        log_shadow_events(self.engine.take_shadow(), self.engine.rules, self.store.append_event)
         # while the outbox holds notifications in memory only, so does the alert state: after
         # a crash the rules re-announce what the database never recorded
         self.alert_state.save(hold=self.handoff.pending() or self._storage_down())
@@ -418,6 +429,16 @@ class Daemon:
             self._unless_storage_down(
                 self.dispatcher.tick, self.now(), "alert_delivery_waiting_for_storage"
             )
+
+    def refresh_kpi(self) -> None:
+        """Recompute the reliability report /metrics and the heartbeat show (its own job:
+        reading a window of history never lengthens a poll)."""
+        if self.reliability is None:
+            return
+        try:
+            self.reliability.refresh(self.now())
+        except Exception as exc:  # storage down: the last report stays until it is back
+            log.warning("kpi_refresh_failed", error=repr(exc))
 
     def remediate(self) -> None:
         """Advance remediation runs; a run never acts without its journal, so it waits too."""

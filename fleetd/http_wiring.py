@@ -23,6 +23,7 @@ from fleetd.config import FleetdConfig
 from fleetd.logs import get_logger
 from fleetd.model import Snapshot
 from fleetd.polltiming import PollTiming
+from fleetd.remedy.reliability import ReliabilityReporter
 from fleetd.remedy.service import Remediation
 from fleetd.rules.coverage import InputCoverage
 from fleetd.rules.engine import RuleEngine
@@ -50,6 +51,7 @@ class HttpParts(Protocol):
     router: Router
     exporter: FleetdExporter
     self_metrics: SelfMetrics | None
+    reliability: ReliabilityReporter | None
 
     @property
     def timing(self) -> PollTiming: ...
@@ -78,6 +80,7 @@ def serve_http(daemon: HttpParts) -> tuple[ApiServices, HttpServer]:
         config=config.api,
         labels=config.node.labels,
         blind_spots=lambda: daemon.coverage.blind_spots(daemon.engine.rules),
+        reliability=daemon.reliability,
     )
     api = config.api
     build_api_router(services, token=api.token, token_name=api.token_name, router=daemon.router)

@@ -35,6 +35,7 @@ class SelfMetrics:
         dispatcher: Dispatcher,
         remediation: Remediation | None,
         fleet: Callable[[float], list[Reading]] | None = None,
+        kpi: Callable[[float], list[Reading]] | None = None,
     ) -> None:
         self._exporter = exporter
         self._engine = engine
@@ -44,6 +45,7 @@ class SelfMetrics:
         self._dispatcher = dispatcher
         self._remediation = remediation
         self._fleet = fleet  # the registry heartbeat's readings (drift, fleet silences)
+        self._kpi = kpi  # the reliability report's (fleetd.remedy.reliability)
 
     def publish(self, now: float) -> list[Reading]:
         """Export every group. Health and storage state also go into the memory window
@@ -62,6 +64,8 @@ class SelfMetrics:
         self._update_group_from("alerts", self._dispatcher.metrics, now)
         if self._remediation is not None:
             self._update_group_from("remediation", self._remediation.metrics, now)
+        if self._kpi is not None:
+            self._update_group_from("kpi", self._kpi, now)
         return health
 
     def refresh_service_view(self, now: float) -> None:

@@ -418,8 +418,9 @@ def test_jobs_are_registered_and_a_reload_reschedules_the_poll(
     try:
         names = daemon.scheduler.names()
         # no SteadyClock job: the demo runs on a fake clock
-        assert names == ["poll", "deliver", "remediate", "store", "cper", "watchdog"]
+        assert names == ["poll", "deliver", "remediate", "store", "kpi", "cper", "watchdog"]
         assert daemon.scheduler.interval("poll") == 2.5  # 5 s at twice the speed
+        assert daemon.scheduler.interval("kpi") == 15.0  # the reliability report: 30 s
         assert daemon.scheduler.interval("watchdog") == 15.0  # real seconds: systemd's
         data["poll"] = {"interval": "10s", "gpu_timeout": "2s"}
         path.write_text(yaml.safe_dump(data))

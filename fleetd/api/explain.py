@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from fleetd.api.services import ApiServices
 from fleetd.api.views import Json, event_view, run_view
 from fleetd.configbase import format_duration
+from fleetd.model import label_value
 from fleetd.query import Matcher
 from fleetd.remedy.machine import Run, RunState
 from fleetd.remedy.service import RemediationStatus
@@ -92,7 +93,42 @@ def explain_gpu(services: ApiServices, gpu: Json, alerts: Sequence[Json], now: f
             for b in services.blind_spots()
         ],
         "driver_resets": _driver_resets(services, index, now),
+        "shadow": _shadow(services, index),
+        "trust": _trust(services, {a["rule"] for a in mine}, now),
     }
+
+
+def _shadow(services: ApiServices, index: int) -> list[Json]:
+    """Shadow rules' alerts on the GPU: what they would have sent (never sent)."""
+    out = []
+    for alert in services.engine.shadow_alerts():
+        gpu = label_value(alert.key.labels, "gpu")
+        if gpu != str(index) or alert.state.value == "inactive":
+            continue
+        rule = services.engine.rules.get(alert.key.rule)
+        plan = rule.remediation_plan if rule is not None else None
+        out.append(
+            {
+                "rule": alert.key.rule,
+                "state": alert.state.value,
+                "value": alert.value,
+                "would": f"notify and remediate ({plan})" if plan else "notify",
+            }
+        )
+    return out
+
+
+def _trust(services: ApiServices, names: set[str], now: float) -> list[Json]:
+    """The precision figures (``fleetd.remedy.kpi``) of the GPU's rules and every shadow rule;
+    none when the report cannot be read (storage down)."""
+    reporter = services.reliability
+    if reporter is None:
+        return []
+    try:
+        report = reporter.cached(now)
+    except Exception:  # the explanation never fails for want of the KPI figures
+        return []
+    return [t.to_dict() for t in report.rules if t.rule in names or t.mode == "shadow"]
 
 
 def _driver_resets(services: ApiServices, index: int, now: float) -> list[Json]:
@@ -177,6 +213,7 @@ def _rule_view(alert: Json, rule: Rule | None, model: str | None, now: float) ->
             "runbook": rule.runbook,
             "rationale": rule.rationale,
             "remediation_plan": rule.remediation_plan,
+            "mode": rule.mode,
             "defined_at": rule.source,
         }
     )

@@ -185,6 +185,7 @@ class _Api:
             ("POST", "/remediation/baseline/capture", self.capture_baseline),
             ("GET", "/events", self.events),
             ("GET", "/rules", self.rules),
+            ("GET", "/report", self.report),
             ("POST", "/reload", self.reload),
         ]
 
@@ -446,6 +447,15 @@ class _Api:
                 "rules": [rule_status_view(x) for x in engine.rule_statuses()],
             }
         )
+
+    def report(self, request: Request) -> Response:
+        """Reliability KPIs and rule precision over a window (``fleetd.remedy.kpi``)."""
+        reporter = self.s.reliability
+        if reporter is None:
+            raise HttpError(409, "the reliability report is not available on this node")
+        window = _duration_arg(request, "window", reporter.window_s, 90 * 86400.0)
+        chosen = None if request.arg("window") in (None, "") else window
+        return Response.json(reporter.report(self.s.now(), window_s=chosen).to_dict())
 
     # ---- actions -----------------------------------------------------------------------
     def drain(self, request: Request) -> Response:

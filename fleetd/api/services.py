@@ -22,6 +22,7 @@ from fleetd.query import Query
 from fleetd.remedy.events import RemediationEvent
 from fleetd.remedy.machine import Run
 from fleetd.remedy.rma import RmaRecord
+from fleetd.remedy.reliability import ReliabilityReporter
 from fleetd.remedy.service import EvidenceFile, RemediationStatus
 from fleetd.rules.coverage import BlindSpot
 from fleetd.rules.engine import RuleEngine
@@ -136,6 +137,7 @@ class ApiServices:
             a copy that races an evaluation is simply taken again.
         labels: the node's labels (fleetd.yaml ``node.labels``: cluster, rack, …).
         blind_spots: the rules that can never fire on this node (inputs never provided).
+        reliability: the node's reliability KPIs and rule precision (``fleetd.remedy.kpi``).
     """
 
     def __init__(
@@ -157,6 +159,7 @@ class ApiServices:
         engine_lock: AbstractContextManager[Any] | None = None,
         labels: Mapping[str, str] | None = None,
         blind_spots: Callable[[], Sequence[BlindSpot]] | None = None,
+        reliability: ReliabilityReporter | None = None,
     ) -> None:
         self.node = node
         self.clock = clock
@@ -174,6 +177,7 @@ class ApiServices:
         self._engine_lock = engine_lock
         self.labels: dict[str, str] = dict(labels or {})
         self.blind_spots = blind_spots or (lambda: ())
+        self.reliability = reliability  # GET /report, and the KPI summary the heartbeat sends
 
     def alert_entries(self) -> list[AlertEntry]:
         """A consistent copy of the engine's alerts."""

@@ -872,7 +872,8 @@ def explain_command(node: str, gpu: int, as_json: bool, **kw: Any) -> None:
     if data["alerts"]:
         fleet.echo(paint("\nwhich rule", "bold"))
         for a in data["alerts"]:
-            fleet.echo(f"  {a['rule']} ({a['severity']}, {a['state']})")
+            mode = f", mode {a['mode']}" if a.get("mode") else ""  # an older agent: none
+            fleet.echo(f"  {a['rule']} ({a['severity']}, {a['state']}{mode})")
             if a.get("expr"):
                 condition = a["expr"]
                 if a.get("op") and a.get("threshold") is not None:
@@ -921,6 +922,7 @@ def explain_command(node: str, gpu: int, as_json: bool, **kw: Any) -> None:
         fleet.echo(paint("\nresets the driver made on its own (no fleetd run)", "bold"))
         for reset in resets:
             fleet.echo(f"  {clock(reset['at'])} {reset['message']}")
+    _explain_trust(fleet, data)
     fleet.echo(paint("\nwhat happens next", "bold"))
     for step in data["next"]:
         fleet.echo(f"  {step}")
@@ -929,6 +931,28 @@ def explain_command(node: str, gpu: int, as_json: bool, **kw: Any) -> None:
         fleet.echo(paint("\nwhat cannot be seen on this node", "bold"))
         for spot in blind:
             fleet.echo(f"  {spot['text']}")
+
+
+def _explain_trust(fleet: Fleet, data: dict[str, Any]) -> None:
+    """Shadow rules that would fire on the GPU, and the rules' precision (staged trust)."""
+    paint = fleet.painter.paint
+    shadow = data.get("shadow") or []  # an older agent does not send them
+    if shadow:
+        fleet.echo(paint("\nshadow rules (never notified, never remediated)", "bold"))
+        for s in shadow:
+            value = f" (value {s['value']:g})" if s.get("value") is not None else ""
+            fleet.echo(f"  {s['rule']} {s['state']}{value}: would {s['would']}")
+    trust = data.get("trust") or []
+    if trust:
+        fleet.echo(paint("\nrule precision (promotion is an operator's decision)", "bold"))
+    for t in trust:
+        precision = "-" if t["precision"] is None else f"{t['precision'] * 100:.0f}%"
+        fleet.echo(
+            f"  {t['rule']} [{t['mode']}]: {t['runs']} runs, {t['fault_found']} found a fault, "
+            f"{t['nothing_found']} found nothing, {t['recurred']} recurred (precision "
+            f"{precision}); {t['fired']} fired, {t['resolved_without_action']} resolved with no "
+            f"action, {t['shadow_fired']} shadow firings"
+        )
 
 
 COMMANDS: Sequence[click.Command] = (

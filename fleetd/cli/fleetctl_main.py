@@ -12,6 +12,7 @@ from fleetd import __version__
 from fleetd.cli.fleetctl_commands import COMMANDS
 from fleetd.cli.fleetctl_evidence import evidence_command
 from fleetd.cli.fleetctl_rma import rma_group
+from fleetd.cli.fleetctl_report import report_command
 from fleetd.cli.fleetctl_status import status_command
 
 
@@ -29,6 +30,7 @@ def main() -> None:
 main.add_command(status_command)
 main.add_command(evidence_command)
 main.add_command(rma_group)
+main.add_command(report_command)
 for command in COMMANDS:
     main.add_command(command)
 

@@ -915,6 +915,27 @@ FLEET_METRICS: tuple[MetricSpec, ...] = (
     ),
 )
 
+KPI_METRICS: tuple[MetricSpec, ...] = (
+    # reliability KPIs and rule precision over remediation.kpi_window (fleetd.remedy.kpi)
+    _m("fleetd_kpi_window_seconds", "gauge", "seconds", "The window the fleetd_kpi_* and rule precision gauges cover (remediation.kpi_window)."),
+    _m("fleetd_kpi_repairs", "gauge", "", "Fault runs back in service in the window: automatic (the run re-admitted on its own) or manual (it held its GPUs until a person released them).", "repair"),
+    _m("fleetd_kpi_time_to_repair_seconds", "gauge", "seconds", "Mean time from the trigger to back in service of the window's repairs, automatic or manual.", "repair"),
+    _m("fleetd_kpi_remediation_runs", "gauge", "", "Automatic reset/reboot runs (not dry) concluded in the window: succeeded (done) or failed (quarantined, aborted).", "result"),
+    _m("fleetd_kpi_remediation_success_ratio", "gauge", "ratio", "Succeeded over concluded automatic runs in the window (absent while none concluded)."),
+    _m("fleetd_kpi_readmission_seconds", "gauge", "seconds", "Mean time from trigger to done of the window's successful runs (the sum of their stages)."),
+    _m("fleetd_kpi_readmission_stage_seconds", "gauge", "seconds", "Mean time the window's successful runs spent per stage: queued, drain, capture, reset, verify, validate, worker_start, back_in_rotation.", "stage"),
+    _m("fleetd_kpi_gpu_incidents", "gauge", "", "Incidents (a run an alert started, or a critical alert with no run) per GPU in the window.", "gpu", "serial"),
+    _m("fleetd_kpi_gpu_time_between_incidents_seconds", "gauge", "seconds", "Mean time between a GPU's incidents in the window (with two or more).", "gpu", "serial"),
+    _m("fleetd_kpi_hive_incidents", "gauge", "", "Incidents of a hive's GPUs in the window.", "hive"),
+    _m("fleetd_kpi_hive_time_between_incidents_seconds", "gauge", "seconds", "Mean time between a hive's incidents in the window (with two or more).", "hive"),
+    _m("fleetd_kpi_gpu_hours_out_of_service", "gauge", "", "GPU-hours remediation runs kept GPUs out of service within the window (drain to back in service; still held: until now)."),
+    _m("fleetd_rule_mode", "gauge", "", "A loaded rule's trust stage (shadow, alert, remediate); the value is always 1.", "rule", "mode"),
+    _m("fleetd_rule_remediation_verdicts", "gauge", "", "A rule's automatic runs in the window by what they found: fault_found (verification or validation failed), nothing_found (done), recurred (faulted again within probation).", "rule", "verdict"),
+    _m("fleetd_rule_precision_ratio", "gauge", "ratio", "A rule's runs that found a real fault or recurred, over its runs judged in the window (absent while none).", "rule"),
+    _m("fleetd_rule_alerts_resolved_without_action", "gauge", "", "A rule's alerts that resolved in the window with no run touching their GPU.", "rule"),
+    _m("fleetd_rule_shadow_firings", "gauge", "", "Firings of a rule in shadow mode in the window (logged, never notified, never remediated).", "rule"),
+)  # fmt: skip
+
 CATALOG: dict[str, MetricSpec] = {
     spec.name: spec
     for group in (
@@ -929,6 +950,7 @@ CATALOG: dict[str, MetricSpec] = {
         STORE_METRICS,
         CLOCK_METRICS,
         FLEET_METRICS,
+        KPI_METRICS,
     )
     for spec in group
 }

@@ -37,6 +37,7 @@ from fleetd.registry.config import RegistryConfig
 from fleetd.registry.drift import COMPONENTS, NodeVersions, drifts, majority
 from fleetd.registry.modes import FleetModeBook, mode_for
 from fleetd.registry.reader import RegistryError, describe_error
+from fleetd.registry.report import publish_report
 from fleetd.registry.serving import publish_serving, read_peers
 from fleetd.registry.silences import FleetSilenceBook, for_node
 from fleetd.registry.store import RegistryPublisher
@@ -111,6 +112,7 @@ class RegistryHeartbeat:
             self._pull_acks,
             self._pull_mode,
             self._publish,
+            self._publish_report,
             self._check_drift,
             self._exchange_serving,
         )
@@ -156,6 +158,13 @@ class RegistryHeartbeat:
         ]
         versions = self._versions() if self._versions is not None else None
         self._publisher.publish(status, now, versions=versions, alerts=on, caps=self._caps)
+
+    def _publish_report(self, now: float) -> None:
+        """This node's reliability KPI summary (``fleetctl report --db``)."""
+        reliability = self._services.reliability
+        if reliability is not None:
+            summary = reliability.summary(now)
+            publish_report(self._publisher.engine, self._services.node, summary, now)
 
     def _exchange_serving(self, now: float) -> None:
         """Publish this node's serving figures and read its fleet peers' (same SKU, models)."""

@@ -161,6 +161,12 @@ class RegistryReader:
             raise
 
     # ---- reads -----------------------------------------------------------------------
+    def query(
+        self, sql: str, params: tuple[Any, ...] = ()
+    ) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """The column names and rows of one read of another registry table (``?`` params)."""
+        return self._query_named(sql, params)
+
     def fleet(self, now: float, *, stale_after: float) -> list[RegistryNode]:
         """Every node, by name, from one query; stale when its heartbeat is too old.
 

@@ -469,3 +469,6 @@ class RemediationConfig(StrictModel):
     """The evidence bundle captured before a reset and on quarantine."""
     validation: ValidationConfig = Field(default_factory=ValidationConfig)
     """The validation ladder run before workers come back, and the RMA ticket hook."""
+    kpi_window: Annotated[Duration, Span(3600, "90d")] = 604800.0
+    """The window of the reliability KPIs and rule precision (`GET /api/v1/report`, `fleetctl
+    report`, the `fleetd_kpi_*` series): runs and alerts of the last this long."""

@@ -296,6 +296,25 @@ class RunJournal:
             rows = conn.execute(query).scalars().all()
         return [event_from_dict(json.loads(r)) for r in rows]
 
+    def events_of(self, run_ids: Iterable[str]) -> dict[str, list[RemediationEvent]]:
+        """The events of each of ``run_ids``, in the order written (one query per 500 runs:
+        the reliability KPIs read a window of runs at once)."""
+        ids = sorted(set(run_ids))
+        out: dict[str, list[RemediationEvent]] = {i: [] for i in ids}
+        for start in range(0, len(ids), 500):
+            query = (
+                select(events_table.c.data)
+                .where(events_table.c.run_id.in_(ids[start : start + 500]))
+                .order_by(events_table.c.id)
+            )
+            with self._db.read() as conn:
+                rows = conn.execute(query).scalars().all()
+            for raw in rows:
+                event = event_from_dict(json.loads(raw))
+                if event.run_id is not None:
+                    out[event.run_id].append(event)
+        return out
+
     def undelivered(self, node: str, limit: int = 500) -> list[RemediationEvent]:
         query = (
             select(events_table.c.data)

@@ -244,6 +244,8 @@ class Run:
     validate_attempt: int = 0
     validation: tuple[ValidatorOutcome, ...] = ()
     validated_at: float | None = None  # when the command validators were through
+    # when each capture began, by phase (the first attempt's time): the KPIs' capture stage
+    captures_started: tuple[tuple[str, float], ...] = ()
 
     @property
     def terminal(self) -> bool:

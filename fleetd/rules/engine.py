@@ -53,6 +53,8 @@ from fleetd.rules.state import (
 )
 
 INFO_METRIC = "fleetd_gpu_info"
+MAX_SHADOW_TRANSITIONS = 10_000
+"""Shadow transitions kept for ``take_shadow`` (the oldest go first when nobody takes them)."""
 P = ParamSpec("P")
 R = TypeVar("R")
 RuleHealthState = Literal["ok", "err", "unknown"]
@@ -168,6 +170,7 @@ class RuleEngine:
         # rules reading fleetd_gpu_health see it
         self.service: Callable[[], ServiceMap] | None = None
         self._last_eval_at: float | None = None
+        self._shadow: list[Transition] = []  # shadow rules' transitions, for take_shadow
         self.last_duration_s = 0.0
         self.evaluations_total = 0
         self.reload_status = ReloadStatus()
@@ -230,7 +233,10 @@ class RuleEngine:
             state = _RuleRuntime(rule, self._timing(rule), status=RuleStatus(rule.name))
             if old is not None:
                 state.status = old.status
-                if old.rule.identity == rule.identity:
+                # into or out of shadow mode, alerts start over: the receivers resolve what
+                # they were told of, and a promoted rule's firing reaches them as new
+                same_stage = (old.rule.mode == "shadow") == (rule.mode == "shadow")
+                if old.rule.identity == rule.identity and same_stage:
                     state.alerts = old.alerts
             runtime[rule.name] = state
         for name, old in previous.items():
@@ -238,6 +244,9 @@ class RuleEngine:
             if kept is not None and kept.alerts is old.alerts:
                 continue
             for entry in old.alerts.values():
+                if old.rule.mode == "shadow":  # never notified: nothing to resolve
+                    self._dirty[entry.alert.key] = None
+                    continue
                 self._orphans[entry.alert.key] = entry
         self._runtime = runtime
         self._ranges.plan(range_needs(rule.expr for rule in rules.rules))
@@ -310,7 +319,12 @@ class RuleEngine:
                 if models is None and _needs_models(rule):
                     models = _gpu_models(query, now)
                 matches, present = self._matches(runtime, ev, models or {})
-                transitions.extend(self._advance(runtime, ev, matches, present, now, held))
+                found = self._advance(runtime, ev, matches, present, now, held)
+                if rule.mode == "shadow":  # fires internally: logged and counted, never sent
+                    self._shadow.extend(found)
+                    del self._shadow[:-MAX_SHADOW_TRANSITIONS]
+                else:
+                    transitions.extend(found)
             except Exception as exc:  # any failure is rule health, never a crash
                 status = runtime.status
                 runtime.status = RuleStatus(
@@ -464,7 +478,7 @@ class RuleEngine:
             labels=make_labels(full),
             annotations=annotations,
             value=value,
-            remediation_plan=rule.remediation_plan,
+            remediation_plan=rule.remediation_plan if rule.remediates else None,
         )
 
     def _assess(self, query: Query, now: float, service: ServiceMap | None) -> NodeHealth:
@@ -482,7 +496,7 @@ class RuleEngine:
         counted = (
             entry
             for runtime in self._runtime.values()
-            if runtime.rule.health
+            if runtime.rule.health and runtime.rule.mode != "shadow"
             for entry in runtime.alerts.values()
         )
         return assess(
@@ -499,17 +513,36 @@ class RuleEngine:
         return self._timer() if self._timer is not None else 0.0
 
     # ------------------------------------------------------------------------------ read side
-    def alerts(self) -> list[Alert]:
-        """Pending, firing and recently resolved alerts, by rule order then labels."""
-        return [entry.alert for entry in self.entries()]
+    def alerts(self, *, shadow: bool = False) -> list[Alert]:
+        """Pending, firing and recently resolved alerts, by rule order then labels; a shadow
+        rule's only with ``shadow`` (they are never notified)."""
+        return [entry.alert for entry in self.entries(shadow=shadow)]
 
     @_locked
-    def entries(self) -> list[AlertEntry]:
+    def entries(self, *, shadow: bool = False) -> list[AlertEntry]:
         """Like ``alerts`` with the engine's extra (``no_data_since``)."""
         out: list[AlertEntry] = []
         for runtime in self._runtime.values():
+            if runtime.rule.mode == "shadow" and not shadow:
+                continue
             out.extend(entry for _, entry in sorted(runtime.alerts.items()))
         return out
+
+    @_locked
+    def shadow_alerts(self) -> list[Alert]:
+        """The alerts of the rules in ``shadow`` mode (what they would have sent)."""
+        return [
+            entry.alert
+            for runtime in self._runtime.values()
+            if runtime.rule.mode == "shadow"
+            for _, entry in sorted(runtime.alerts.items())
+        ]
+
+    @_locked
+    def take_shadow(self) -> list[Transition]:
+        """The shadow rules' transitions since the last call (the daemon logs them)."""
+        taken, self._shadow = self._shadow, []
+        return taken
 
     @_locked
     def health_alerts(self) -> list[Alert]:
@@ -518,7 +551,7 @@ class RuleEngine:
         return [
             entry.alert
             for runtime in self._runtime.values()
-            if runtime.rule.health
+            if runtime.rule.health and runtime.rule.mode != "shadow"
             for _, entry in sorted(runtime.alerts.items())
         ]
 

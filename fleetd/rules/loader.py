@@ -263,6 +263,7 @@ def _compile(
         annotations=tuple(annotations),
         runbook=model.runbook,
         remediation_plan=None if model.remediation is None else model.remediation.plan,
+        mode=model.mode or ("alert" if model.remediation is None else "remediate"),
         health=model.health,
         rationale=model.rationale,
         source=f"{filename}:{line}",

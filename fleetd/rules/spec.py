@@ -24,6 +24,8 @@ PRODUCTS = ("MI300X", "MI325X", "MI350X", "MI355X")
 RESERVED_LABELS = frozenset({"alertname", "severity", "node"})
 _LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CompareOp = Literal[">", ">=", "<", "<=", "==", "!="]
+RuleMode = Literal["shadow", "alert", "remediate"]
+RULE_MODES: tuple[RuleMode, ...] = ("shadow", "alert", "remediate")
 
 
 class RemediationModel(StrictModel):
@@ -51,6 +53,11 @@ class RuleModel(StrictModel):
     annotations: dict[str, str] = Field(default_factory=dict)
     runbook: str | None = Field(default=None, min_length=1)
     remediation: RemediationModel | None = None
+    mode: RuleMode | None = None
+    """The rule's trust stage: ``shadow`` (fires internally, logged and counted; no
+    notification, no remediation), ``alert`` (notifies, never remediates) or ``remediate``
+    (notifies, and its ``remediation`` plan may run). Default: ``remediate`` when the rule has a
+    ``remediation`` plan, else ``alert`` (what every rule did before modes existed)."""
     health: bool = True
 
     @field_validator("labels", "annotations")
@@ -67,6 +74,13 @@ class RuleModel(StrictModel):
         for name in value:
             if name in RESERVED_LABELS:
                 raise ValueError(f"label {name!r} is set by fleetd and cannot be given here")
+        return value
+
+    @field_validator("mode")
+    @classmethod
+    def _mode_needs_plan(cls, value: RuleMode | None, info: ValidationInfo) -> RuleMode | None:
+        if value == "remediate" and info.data.get("remediation") is None:
+            raise ValueError("mode remediate needs a remediation plan (remediation: {plan: …})")
         return value
 
     @field_validator("threshold", "clear")
@@ -173,7 +187,13 @@ class Rule:
     remediation_plan: str | None = None
     health: bool = True
     rationale: str | None = None
+    mode: RuleMode = "alert"  # shadow | alert | remediate (the loader fills the default)
     source: str = ""  # file:line where the rule is defined
+
+    @property
+    def remediates(self) -> bool:
+        """Whether its alerts may start remediation (mode ``remediate`` with a plan)."""
+        return self.mode == "remediate" and self.remediation_plan is not None
 
     @property
     def identity(self) -> tuple[str, Labels]:

@@ -92,6 +92,14 @@ MAY_BE_EMPTY = {
         "ones (the kernel lines carry the reset: 'Kernel-log faults')"
     ),
     ("fleetd-gpu-detail", "KFD events (amdsmi)", "B"): "as A",
+    ("fleetd-alerts-remediation", "Incidents per GPU", "B"): (
+        "one incident per GPU in the run: no time between incidents to measure"
+    ),
+    ("fleetd-alerts-remediation", "Incidents per hive", "B"): "as for the GPU: one incident",
+    ("fleetd-alerts-remediation", "Alerts resolved with no action", "A"): (
+        "whether an alert resolves with no run during the run depends on the demo's faults"
+    ),
+    ("fleetd-alerts-remediation", "Shadow-mode firings", "A"): "no rule is in shadow mode",
 }
 
 

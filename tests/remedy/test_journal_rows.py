@@ -41,10 +41,11 @@ ADDED_SINCE_TODAY = (
     "validate_attempt",
     "validation",
     "validated_at",
+    "captures_started",
 )
 """Run fields newer than the TODAY rows (the reset's time and the driver's confirmation of
-it, the evidence capture and its bundles, the validation ladder): written at their defaults
-for those rows, and left out of the to-the-byte comparison."""
+it, the evidence capture, its bundles and when each began, the validation ladder): written at
+their defaults for those rows, and left out of the to-the-byte comparison."""
 SETTINGS_ADDED_SINCE_TODAY = ("capture_evidence", "validators")
 UNIT_GPU_ADDED_SINCE_TODAY = ("serial",)
 

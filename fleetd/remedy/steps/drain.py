@@ -266,7 +266,7 @@ def on_release_check(run: Run, event: Event, now: float) -> Step:
             run = add_evidence(run, f"uncorrectable errors before the reset: {counts}")
         run = replace(run, ue_baseline=event.ue_counts, ce_baseline=event.ce_counts)
         if evidence.wanted(run):  # the state the reset destroys, kept first
-            return evidence.start_capture(run, "pre_reset")
+            return evidence.start_capture(run, "pre_reset", now)
         return start_reset(run, now)
     if isinstance(event, EvidenceResult):
         if not evidence.expected(run, event):

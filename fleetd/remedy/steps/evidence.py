@@ -19,8 +19,9 @@ def wanted(run: Run) -> bool:
     return run.settings.capture_evidence
 
 
-def start_capture(run: Run, phase: str) -> Step:
-    run = replace(run, capturing=phase, capture_attempt=1)
+def start_capture(run: Run, phase: str, now: float) -> Step:
+    started = (*run.captures_started, (phase, now))
+    run = replace(run, capturing=phase, capture_attempt=1, captures_started=started)
     return run, [CaptureEvidence(phase, 1)]
 
 

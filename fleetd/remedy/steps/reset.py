@@ -84,7 +84,7 @@ def start_reboot(run: Run, now: float, why: str) -> Step:
     run = enter(run, RunState.REBOOTING, now, deadline=deadline, reboot_count=run.reboot_count + 1)
     capture: list[Command] = []
     if evidence.wanted(run):  # the failure's state, before the reboot wipes it
-        run, capture = evidence.start_capture(run, "failure")
+        run, capture = evidence.start_capture(run, "failure", now)
     return run, [
         Record("reboot_intent", f"{why}: requesting a node reboot", severity="warning"),
         *capture,

@@ -36,7 +36,7 @@ def quarantine(run: Run, now: float, reason: str) -> Step:
     out = run.out_of_rotation()
     capture: list[Command] = []
     if evidence.wanted(run):  # the state a human will look at, kept as it is now
-        run, capture = evidence.start_capture(run, "quarantine")
+        run, capture = evidence.start_capture(run, "quarantine", now)
     return run, [
         Record(
             "quarantined",
