@@ -702,12 +702,15 @@ class SimNode:
         return w.AMDSMI_STATUS_SUCCESS
 
     # ------------------------------------------------------------------ load
-    def set_firmware(self, gpu: int | None, block: int, version: int) -> None:
+    def set_firmware(
+        self, gpu: int | None, block: int, version: int, *, at: float | None = None
+    ) -> None:
         """Flash one firmware block (an ``amdsmi_fw_block_t`` value) of one GPU, or of all
         when ``gpu`` is None, to the raw ``version`` (as ``amdsmi_get_fw_info`` holds it)."""
         if not 0 <= version < 1 << 64:
             raise ValueError("a firmware version is a uint64")
         with self.lock:
+            self.sync(at)
             for g in self._select(gpu):
                 g.firmware[block] = version
 
