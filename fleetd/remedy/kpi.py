@@ -32,6 +32,7 @@ are the record, so a restarted daemon reports the same numbers.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -528,7 +529,7 @@ def _trust(
     fired: dict[str, int] = defaultdict(int)
     idle: dict[str, int] = defaultdict(int)
     shadow: dict[str, int] = defaultdict(int)
-    spans = [(f.trigger_gpu, set(f.gpus), f.trigger_at, f.ended_at) for f in figures]
+    spans = _Spans(figures)
     for h in history:
         rule = str(h.data.get("rule") or "")
         if not rule or h.ts < since:
@@ -564,19 +565,45 @@ def _trust(
     return tuple(out)
 
 
-def _acted_on(
-    h: HistoryEntry, spans: Sequence[tuple[int | None, set[int], float, float | None]]
-) -> bool:
+class _Spans:
+    """When runs held which GPUs, for "did a run touch this GPU while the alert fired"
+    in O(log runs) per alert: per GPU (and for all), the runs' starts in order with the
+    latest end among those started so far."""
+
+    def __init__(self, figures: Sequence[RunFigures]) -> None:
+        per: dict[int | None, list[tuple[float, float]]] = defaultdict(list)
+        for f in figures:
+            span = (f.trigger_at, math.inf if f.ended_at is None else f.ended_at)
+            per[None].append(span)
+            for gpu in {f.trigger_gpu, *f.gpus} - {None}:
+                per[gpu].append(span)
+        self._starts: dict[int | None, list[float]] = {}
+        self._latest_end: dict[int | None, list[float]] = {}
+        for gpu, spans in per.items():
+            spans.sort()
+            ends, latest = [], -math.inf
+            for _t0, t1 in spans:
+                latest = max(latest, t1)
+                ends.append(latest)
+            self._starts[gpu] = [t0 for t0, _t1 in spans]
+            self._latest_end[gpu] = ends
+
+    def touched(self, gpu: int | None, start: float, end: float) -> bool:
+        """Whether a run on ``gpu`` (any GPU: None) began by ``end`` and ended at or after
+        ``start``."""
+        starts = self._starts.get(gpu)
+        if not starts:
+            return False
+        n = bisect_right(starts, end)
+        return n > 0 and self._latest_end[gpu][n - 1] >= start
+
+
+def _acted_on(h: HistoryEntry, spans: _Spans) -> bool:
     """Whether a run touched the resolved alert's GPU while it fired (any run: a person's
     drain is an action too)."""
     fired_at = h.data.get("fired_at")
     start = float(fired_at) if isinstance(fired_at, int | float) else h.ts
-    for gpu, gpus, t0, t1 in spans:
-        if h.gpu is not None and h.gpu != gpu and h.gpu not in gpus:
-            continue
-        if t0 <= h.ts and (t1 is None or t1 >= start):
-            return True
-    return False
+    return spans.touched(h.gpu, start, h.ts)
 
 
 # ------------------------------------------------------------------------------- metrics
