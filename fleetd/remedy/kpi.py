@@ -118,6 +118,7 @@ class RunFigures:
     trigger_gpu: int | None
     gpus: tuple[int, ...]
     fingerprint: str | None  # the alert that started it
+    trigger_uuid: str | None  # the faulty GPU's uuid when the run knew it
     trigger_at: float
     automatic: bool  # started by an alert (not a person's drain/undrain)
     out_from: float | None  # when workers began leaving (the lease was granted)
@@ -222,6 +223,7 @@ def run_figures(run: Run, events: Sequence[RemediationEvent]) -> RunFigures:
         trigger_gpu=run.trigger.gpu,
         gpus=run.verify_gpus,
         fingerprint=run.trigger.fingerprint,
+        trigger_uuid=next((g.uuid for g in run.gpus if g.index == run.trigger.gpu), None),
         trigger_at=run.trigger.at or run.created_at,
         automatic=automatic,
         out_from=out_from if run.plan is not Plan.UNDRAIN else None,
@@ -487,10 +489,21 @@ def _incidents(
     now: float,
 ) -> tuple[tuple[Incidents, ...], tuple[Incidents, ...]]:
     by_index = {g.index: g for g in identities}
-    times: dict[int, list[float]] = defaultdict(list)
+    by_uuid = {g.uuid: g for g in identities if g.uuid}
+    # by the physical GPU: its uuid when the entry names one (a GPU swapped since keeps its
+    # own incidents, not its successor's), else the index's GPU now
+    times: dict[tuple[int, str | None], list[float]] = defaultdict(list)
+
+    def where(index: int, uuid: str | None) -> tuple[int, str | None]:
+        if uuid:
+            found = by_uuid.get(uuid)
+            return (found.index, found.uuid) if found is not None else (index, uuid)
+        ident = by_index.get(index)
+        return (index, ident.uuid if ident is not None else None)
+
     for f in figures:
         if f.automatic and f.trigger_gpu is not None and since <= f.trigger_at <= now:
-            times[f.trigger_gpu].append(f.trigger_at)
+            times[where(f.trigger_gpu, f.trigger_uuid)].append(f.trigger_at)
     started_runs = {f.fingerprint for f in figures if f.fingerprint}
     for h in history:
         d = h.data
@@ -498,18 +511,22 @@ def _incidents(
             continue
         if h.gpu is None or not since <= h.ts <= now or d.get("fingerprint") in started_runs:
             continue
-        times[h.gpu].append(h.ts)
+        labels = d.get("labels")
+        uuid = labels.get("uuid") if isinstance(labels, Mapping) else None
+        times[where(h.gpu, str(uuid) if uuid else None)].append(h.ts)
+    for ident in identities:
+        times.setdefault((ident.index, ident.uuid or None), [])
     gpus = []
-    for index in sorted(set(by_index) | set(times)):
-        ident = by_index.get(index)
-        serial = ident.serial if ident is not None else None
-        key = serial or f"index:{index}"
-        gpus.append(Incidents(key, len(times[index]), _mean_gap(times[index]), index, serial))
+    for (index, uuid), found in sorted(times.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+        known = by_uuid.get(uuid) if uuid else by_index.get(index)
+        serial = known.serial if known is not None else None
+        key = serial or (f"uuid:{uuid}" if uuid else f"index:{index}")
+        gpus.append(Incidents(key, len(found), _mean_gap(found), index, serial))
     per_hive: dict[str, list[float]] = defaultdict(list)
     for ident in identities:
         if ident.hive_id:
             per_hive.setdefault(ident.hive_id, [])
-            per_hive[ident.hive_id].extend(times.get(ident.index, ()))
+            per_hive[ident.hive_id].extend(times.get((ident.index, ident.uuid or None), ()))
     hives = tuple(Incidents(h, len(t), _mean_gap(t)) for h, t in sorted(per_hive.items()))
     return tuple(gpus), hives
 
@@ -633,7 +650,7 @@ def report_readings(report: Report, now: float) -> list[Reading]:
     if report.readmission.mean_s is not None:
         out.append(r("fleetd_kpi_readmission_seconds", report.readmission.mean_s))
     for g in report.gpus:
-        labels = {"gpu": g.gpu, "serial": g.serial or ""}
+        labels = {"gpu": g.gpu, "serial": g.serial or g.key}  # a GPU gone since: uuid:…
         out.append(r("fleetd_kpi_gpu_incidents", g.incidents, **labels))
         if g.mean_between_s is not None:
             out.append(
