@@ -32,6 +32,7 @@ are the record, so a restarted daemon reports the same numbers.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -117,6 +118,7 @@ class RunFigures:
     trigger_gpu: int | None
     gpus: tuple[int, ...]
     fingerprint: str | None  # the alert that started it
+    trigger_uuid: str | None  # the faulty GPU's uuid when the run knew it
     trigger_at: float
     automatic: bool  # started by an alert (not a person's drain/undrain)
     out_from: float | None  # when workers began leaving (the lease was granted)
@@ -221,6 +223,7 @@ def run_figures(run: Run, events: Sequence[RemediationEvent]) -> RunFigures:
         trigger_gpu=run.trigger.gpu,
         gpus=run.verify_gpus,
         fingerprint=run.trigger.fingerprint,
+        trigger_uuid=next((g.uuid for g in run.gpus if g.index == run.trigger.gpu), None),
         trigger_at=run.trigger.at or run.created_at,
         automatic=automatic,
         out_from=out_from if run.plan is not Plan.UNDRAIN else None,
@@ -486,10 +489,21 @@ def _incidents(
     now: float,
 ) -> tuple[tuple[Incidents, ...], tuple[Incidents, ...]]:
     by_index = {g.index: g for g in identities}
-    times: dict[int, list[float]] = defaultdict(list)
+    by_uuid = {g.uuid: g for g in identities if g.uuid}
+    # by the physical GPU: its uuid when the entry names one (a GPU swapped since keeps its
+    # own incidents, not its successor's), else the index's GPU now
+    times: dict[tuple[int, str | None], list[float]] = defaultdict(list)
+
+    def where(index: int, uuid: str | None) -> tuple[int, str | None]:
+        if uuid:
+            found = by_uuid.get(uuid)
+            return (found.index, found.uuid) if found is not None else (index, uuid)
+        ident = by_index.get(index)
+        return (index, ident.uuid if ident is not None else None)
+
     for f in figures:
         if f.automatic and f.trigger_gpu is not None and since <= f.trigger_at <= now:
-            times[f.trigger_gpu].append(f.trigger_at)
+            times[where(f.trigger_gpu, f.trigger_uuid)].append(f.trigger_at)
     started_runs = {f.fingerprint for f in figures if f.fingerprint}
     for h in history:
         d = h.data
@@ -497,18 +511,22 @@ def _incidents(
             continue
         if h.gpu is None or not since <= h.ts <= now or d.get("fingerprint") in started_runs:
             continue
-        times[h.gpu].append(h.ts)
+        labels = d.get("labels")
+        uuid = labels.get("uuid") if isinstance(labels, Mapping) else None
+        times[where(h.gpu, str(uuid) if uuid else None)].append(h.ts)
+    for ident in identities:
+        times.setdefault((ident.index, ident.uuid or None), [])
     gpus = []
-    for index in sorted(set(by_index) | set(times)):
-        ident = by_index.get(index)
-        serial = ident.serial if ident is not None else None
-        key = serial or f"index:{index}"
-        gpus.append(Incidents(key, len(times[index]), _mean_gap(times[index]), index, serial))
+    for (index, uuid), found in sorted(times.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+        known = by_uuid.get(uuid) if uuid else by_index.get(index)
+        serial = known.serial if known is not None else None
+        key = serial or (f"uuid:{uuid}" if uuid else f"index:{index}")
+        gpus.append(Incidents(key, len(found), _mean_gap(found), index, serial))
     per_hive: dict[str, list[float]] = defaultdict(list)
     for ident in identities:
         if ident.hive_id:
             per_hive.setdefault(ident.hive_id, [])
-            per_hive[ident.hive_id].extend(times.get(ident.index, ()))
+            per_hive[ident.hive_id].extend(times.get((ident.index, ident.uuid or None), ()))
     hives = tuple(Incidents(h, len(t), _mean_gap(t)) for h, t in sorted(per_hive.items()))
     return tuple(gpus), hives
 
@@ -528,7 +546,7 @@ def _trust(
     fired: dict[str, int] = defaultdict(int)
     idle: dict[str, int] = defaultdict(int)
     shadow: dict[str, int] = defaultdict(int)
-    spans = [(f.trigger_gpu, set(f.gpus), f.trigger_at, f.ended_at) for f in figures]
+    spans = _Spans(figures)
     for h in history:
         rule = str(h.data.get("rule") or "")
         if not rule or h.ts < since:
@@ -564,19 +582,45 @@ def _trust(
     return tuple(out)
 
 
-def _acted_on(
-    h: HistoryEntry, spans: Sequence[tuple[int | None, set[int], float, float | None]]
-) -> bool:
+class _Spans:
+    """When runs held which GPUs, for "did a run touch this GPU while the alert fired"
+    in O(log runs) per alert: per GPU (and for all), the runs' starts in order with the
+    latest end among those started so far."""
+
+    def __init__(self, figures: Sequence[RunFigures]) -> None:
+        per: dict[int | None, list[tuple[float, float]]] = defaultdict(list)
+        for f in figures:
+            span = (f.trigger_at, math.inf if f.ended_at is None else f.ended_at)
+            per[None].append(span)
+            for gpu in {f.trigger_gpu, *f.gpus} - {None}:
+                per[gpu].append(span)
+        self._starts: dict[int | None, list[float]] = {}
+        self._latest_end: dict[int | None, list[float]] = {}
+        for gpu, spans in per.items():
+            spans.sort()
+            ends, latest = [], -math.inf
+            for _t0, t1 in spans:
+                latest = max(latest, t1)
+                ends.append(latest)
+            self._starts[gpu] = [t0 for t0, _t1 in spans]
+            self._latest_end[gpu] = ends
+
+    def touched(self, gpu: int | None, start: float, end: float) -> bool:
+        """Whether a run on ``gpu`` (any GPU: None) began by ``end`` and ended at or after
+        ``start``."""
+        starts = self._starts.get(gpu)
+        if not starts:
+            return False
+        n = bisect_right(starts, end)
+        return n > 0 and self._latest_end[gpu][n - 1] >= start
+
+
+def _acted_on(h: HistoryEntry, spans: _Spans) -> bool:
     """Whether a run touched the resolved alert's GPU while it fired (any run: a person's
     drain is an action too)."""
     fired_at = h.data.get("fired_at")
     start = float(fired_at) if isinstance(fired_at, int | float) else h.ts
-    for gpu, gpus, t0, t1 in spans:
-        if h.gpu is not None and h.gpu != gpu and h.gpu not in gpus:
-            continue
-        if t0 <= h.ts and (t1 is None or t1 >= start):
-            return True
-    return False
+    return spans.touched(h.gpu, start, h.ts)
 
 
 # ------------------------------------------------------------------------------- metrics
@@ -606,7 +650,7 @@ def report_readings(report: Report, now: float) -> list[Reading]:
     if report.readmission.mean_s is not None:
         out.append(r("fleetd_kpi_readmission_seconds", report.readmission.mean_s))
     for g in report.gpus:
-        labels = {"gpu": g.gpu, "serial": g.serial or ""}
+        labels = {"gpu": g.gpu, "serial": g.serial or g.key}  # a GPU gone since: uuid:…
         out.append(r("fleetd_kpi_gpu_incidents", g.incidents, **labels))
         if g.mean_between_s is not None:
             out.append(

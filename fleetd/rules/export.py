@@ -72,6 +72,8 @@ def export_prometheus(rules: RuleSet, *, group: str = "fleetd") -> Exported:
 
 
 def _not_exportable(rule: Rule) -> str | None:
+    if rule.mode == "shadow":
+        return "mode shadow: it never notifies (a Prometheus alert would)"
     for node in walk(rule.expr):
         if isinstance(node, Call) and node.func in FLEETD_ONLY_FUNCTIONS:
             return f"{node.func}() is fleetd-only (Prometheus judges staleness by scrape)"

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -360,3 +361,41 @@ def test_the_rig_s_reset_of_a_served_hive_reports_every_stage(
     assert "runs: 1 succeeded, 0 failed (success 100%)" in shown
     assert "worker start " in shown and "back in rotation " in shown
     assert f"{run_id} reset done repair automatic" in shown
+
+
+def test_incidents_stay_with_the_physical_gpu_after_a_swap() -> None:
+    """GPU 3 faulted twice as uuid-old, was replaced (uuid-3, serial SN003 now), then faulted
+    once more: the old GPU keeps its two incidents, the new one has one."""
+
+    def on(uuid: str, run_id: str, at: float) -> m.Run:
+        run = make_run(run_id, m.RunState.DONE, at=at, gpu=3, gpus=(3,))
+        return dataclasses.replace(run, gpus=(m.UnitGpu(3, uuid=uuid),))
+
+    runs = [on("uuid-old", "a", NOW - 3 * DAY), on("uuid-old", "b", NOW - 2 * DAY)]
+    runs.append(on("uuid-3", "c", NOW - DAY))
+    identities = [GpuIdentity(3, "uuid-3", "0000:03:00.0", serial="SN003", hive_id="h0")]
+    report = build_report(
+        node=NODE,
+        runs=runs,
+        events={r.run_id: events(r, reset_steps(r.trigger.at)) for r in runs},
+        history=[],
+        identities=identities,
+        rules=[],
+        now=NOW,
+        window_s=7 * DAY,
+        probation_s=HOUR,
+    )
+    found = {(g.gpu, g.serial, g.key): (g.incidents, g.mean_between_s) for g in report.gpus}
+    assert found == {
+        (3, None, "uuid:uuid-old"): (2, DAY),
+        (3, "SN003", "SN003"): (1, None),
+    }
+    [hive] = report.hives
+    assert hive.incidents == 1  # the hive's GPUs now
+    labels = {
+        r.labels for r in report_readings(report, NOW) if r.metric == "fleetd_kpi_gpu_incidents"
+    }
+    assert labels == {
+        (("gpu", "3"), ("serial", "SN003")),
+        (("gpu", "3"), ("serial", "uuid:uuid-old")),
+    }

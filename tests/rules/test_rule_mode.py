@@ -137,3 +137,17 @@ def test_a_reload_into_or_out_of_shadow_starts_the_alerts_over(tmp_path: Path) -
     engine.reload(load_rule_set([path]))
     assert run(engine, node, 1) == [("0", AlertState.INACTIVE, F)]
     assert engine.take_shadow() == []
+
+
+def test_a_shadow_rule_is_not_exported_to_prometheus(tmp_path: Path) -> None:
+    from fleetd.rules.export import export_prometheus
+
+    path = tmp_path / "r.yaml"
+    path.write_text(
+        _text("shadow") + "  - name: Warm\n    expr: temp > 80\n    severity: warning\n"
+    )
+    exported = export_prometheus(load_rule_set([path]))
+    assert exported.exported == ("Warm",)
+    assert exported.skipped == (
+        ("Hot", "mode shadow: it never notifies (a Prometheus alert would)"),
+    )
