@@ -12,6 +12,7 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 from typing import NamedTuple
 
 Labels = tuple[tuple[str, str], ...]
@@ -90,9 +91,13 @@ class Reading:
         return self.value is None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class GpuIdentity:
-    """What identifies one GPU; read once at start-up and after every re-enumeration."""
+    """What identifies one GPU; read once at start-up and after every re-enumeration.
+
+    Not slotted: what every reading of every poll asks of it (``labels``, ``primary``) is
+    worked out once and kept in the instance's ``__dict__`` (``cached_property``), outside the
+    dataclass fields, so equality, hashing and ``asdict`` see the fields alone."""
 
     index: int
     uuid: str
@@ -114,13 +119,10 @@ class GpuIdentity:
         """Whether this logical device is one of several partitions of its physical GPU."""
         return self.compute_partition not in (None, "SPX")
 
-    @property
+    @cached_property
     def primary(self) -> bool:
         """Whether board-level data (power, temperatures, PCIe, RAS, the reset) lives here:
         partition 0, or an unpartitioned GPU (or one whose partition is unreadable)."""
-        return self._primary
-
-    def _is_primary(self) -> bool:
         if not self.partitioned:
             return True
         if self.partition_id is not None:
@@ -134,33 +136,11 @@ class GpuIdentity:
             return self.bdf
         return self.bdf.rsplit(".", 1)[0] + ".0"
 
-    _labels: Labels = field(init=False, repr=False, compare=False)
-    _with: dict[Labels, Labels] = field(
-        init=False, repr=False, compare=False, default_factory=dict
-    )
-    _primary: bool = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_labels", self._make_labels())
-        object.__setattr__(self, "_primary", self._is_primary())
-
-    @property
+    @cached_property
     def labels(self) -> Labels:
         """The labels every per-GPU series carries (plus AMD device-metrics-exporter's
         partition labels on a partitioned GPU, so an SPX node's series keep their names);
         built once, as every reading of every poll uses them."""
-        return self._labels
-
-    def labels_with(self, extra: Labels) -> Labels:
-        """``labels`` plus ``extra`` (name-sorted pairs), built once per GPU and label set."""
-        if not extra:
-            return self._labels
-        labels = self._with.get(extra)
-        if labels is None:
-            labels = self._with[extra] = tuple(sorted(self._labels + extra))
-        return labels
-
-    def _make_labels(self) -> Labels:
         if self.partitioned:
             return make_labels(
                 {
@@ -172,6 +152,19 @@ class GpuIdentity:
                 }
             )
         return make_labels({"gpu": self.index, "uuid": self.uuid})
+
+    @cached_property
+    def _with(self) -> dict[Labels, Labels]:
+        return {}
+
+    def labels_with(self, extra: Labels) -> Labels:
+        """``labels`` plus ``extra`` (name-sorted pairs), built once per GPU and label set."""
+        if not extra:
+            return self.labels
+        labels = self._with.get(extra)
+        if labels is None:
+            labels = self._with[extra] = tuple(sorted(self.labels + extra))
+        return labels
 
 
 @dataclass(frozen=True, slots=True)
