@@ -633,7 +633,7 @@ def report_readings(report: Report, now: float) -> list[Reading]:
 
     out = [
         r("fleetd_kpi_window_seconds", report.window_s),
-        r("fleetd_kpi_gpu_hours_out_of_service", report.gpu_hours_out_of_service),
+        r("fleetd_kpi_gpu_out_of_service_seconds", report.gpu_hours_out_of_service * 3600.0),
         r("fleetd_kpi_remediation_runs", report.succeeded, result="succeeded"),
         r("fleetd_kpi_remediation_runs", report.failed, result="failed"),
     ]
