@@ -570,7 +570,8 @@ def _trust(
                 runs=len(mine),
                 fault_found=sum(f.verdict == "fault_found" for f in mine),
                 nothing_found=sum(f.verdict == "nothing_found" for f in mine),
-                recurred=sum(f.recurred for f in mine),
+                # a re-admitted run whose fault came back: the reset only hid it
+                recurred=sum(f.recurred and f.verdict == "nothing_found" for f in mine),
                 fired=fired.get(name, 0),
                 resolved_without_action=idle.get(name, 0),
                 shadow_fired=shadow.get(name, 0),
