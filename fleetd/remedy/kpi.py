@@ -570,7 +570,8 @@ def _trust(
                 runs=len(mine),
                 fault_found=sum(f.verdict == "fault_found" for f in mine),
                 nothing_found=sum(f.verdict == "nothing_found" for f in mine),
-                recurred=sum(f.recurred for f in mine),
+                # a re-admitted run whose fault came back: the reset only hid it
+                recurred=sum(f.recurred and f.verdict == "nothing_found" for f in mine),
                 fired=fired.get(name, 0),
                 resolved_without_action=idle.get(name, 0),
                 shadow_fired=shadow.get(name, 0),
@@ -633,7 +634,7 @@ def report_readings(report: Report, now: float) -> list[Reading]:
 
     out = [
         r("fleetd_kpi_window_seconds", report.window_s),
-        r("fleetd_kpi_gpu_hours_out_of_service", report.gpu_hours_out_of_service),
+        r("fleetd_kpi_gpu_out_of_service_seconds", report.gpu_hours_out_of_service * 3600.0),
         r("fleetd_kpi_remediation_runs", report.succeeded, result="succeeded"),
         r("fleetd_kpi_remediation_runs", report.failed, result="failed"),
     ]
