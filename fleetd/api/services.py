@@ -21,8 +21,8 @@ from fleetd.model import Snapshot
 from fleetd.query import Query
 from fleetd.remedy.events import RemediationEvent
 from fleetd.remedy.machine import Run
-from fleetd.remedy.rma import RmaRecord
 from fleetd.remedy.reliability import ReliabilityReporter
+from fleetd.remedy.rma import RmaRecord
 from fleetd.remedy.service import EvidenceFile, RemediationStatus
 from fleetd.rules.coverage import BlindSpot
 from fleetd.rules.engine import RuleEngine

@@ -11,8 +11,8 @@ import click
 from fleetd import __version__
 from fleetd.cli.fleetctl_commands import COMMANDS
 from fleetd.cli.fleetctl_evidence import evidence_command
-from fleetd.cli.fleetctl_rma import rma_group
 from fleetd.cli.fleetctl_report import report_command
+from fleetd.cli.fleetctl_rma import rma_group
 from fleetd.cli.fleetctl_status import status_command
 
 
