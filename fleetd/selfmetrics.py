@@ -53,6 +53,8 @@ class SelfMetrics:
         returned so the store keeps the health history."""
         health = rule_readings(self._engine, now)
         storage = store_readings(self._store.stats(), now)
+        if self._remediation is not None:  # the evidence directory is storage too
+            storage += self._remediation.evidence_readings(now)
         coverage = self._coverage.readings(self._engine.rules, now)
         fleet = self._fleet(now) if self._fleet is not None else []
         self._memory.append([*health, *storage, *coverage, *fleet])

@@ -748,6 +748,18 @@ STORE_METRICS: tuple[MetricSpec, ...] = (
         "1 while storage writes fail and polls are kept in memory only (rules keep evaluating from memory).",
     ),
     _m(
+        "fleetd_evidence_write_failing",
+        "gauge",
+        "",
+        "1 while the last evidence bundle could not be written even after dropping the oldest (a full disk; FleetdStorageDegraded).",
+    ),
+    _m(
+        "fleetd_evidence_dropped_for_space_total",
+        "counter",
+        "",
+        "Evidence bundles dropped, oldest first, to make room on a full disk.",
+    ),
+    _m(
         "fleetd_store_samples_written_total",
         "counter",
         "",

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,6 +95,11 @@ class BundleStore:
         self.max_bundle_bytes = max_bundle_bytes
         self.max_total_bytes = max_total_bytes
         self.keep = keep
+        # why the last write failed for want of room (None: it succeeded), and how many bundles
+        # were dropped to make room on a full disk: the storage alert reads both
+        self.write_failure: str | None = None
+        self.dropped_for_space = 0
+        self._needed = 0  # the size of the bundle that did not fit
 
     def write(
         self,
@@ -112,17 +118,32 @@ class BundleStore:
         try:
             self._write_file(tmp, data)
         except OSError as first:  # a full disk: drop the oldest bundles and try once more
-            self.prune(room_for=len(data), drop_one=True)
+            self.dropped_for_space += len(self.prune(room_for=len(data), drop_one=True))
             try:
                 self._write_file(tmp, data)
             except OSError as exc:
                 tmp.unlink(missing_ok=True)
+                self.write_failure, self._needed = exc.strerror or str(exc), len(data)
                 raise BundleError(f"cannot write {final}: {exc.strerror or exc}") from first
+        self.write_failure = None
         if abandoned():
             tmp.unlink(missing_ok=True)
             raise BundleError("capture abandoned at its timeout")
         os.replace(tmp, final)
         return BundleRef(str(final), hashlib.sha256(data).hexdigest(), len(data), cut)
+
+    def failing(self) -> bool:
+        """Whether the last bundle could not be written; it clears once the directory has room
+        for that bundle again (an operator freed the disk), not only at the next capture."""
+        if self.write_failure is None:
+            return False
+        try:
+            room = shutil.disk_usage(self.directory).free
+        except OSError:
+            return True
+        if room > 2 * self._needed:
+            self.write_failure = None
+        return self.write_failure is not None
 
     @staticmethod
     def _write_file(path: Path, data: bytes) -> None:

@@ -96,6 +96,9 @@ class EvidenceCapture:
                 bundle_name(run.run_id, cmd.phase, cmd.attempt), content, abandoned=abandoned
             )
         except (BundleError, OSError, ValueError) as exc:
+            log.warning(
+                "evidence_capture_failed", run_id=run.run_id, phase=cmd.phase, error=str(exc)
+            )
             return _failed(cmd, str(exc))
         return m.EvidenceResult(
             cmd.phase, cmd.attempt, path=ref.path, sha256=ref.sha256, size=ref.size, cut=ref.cut

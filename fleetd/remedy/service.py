@@ -530,6 +530,24 @@ class Remediation:
         ]
         return out
 
+    def evidence_readings(self, now: float) -> list[Reading]:
+        """The evidence directory's health for the storage alert: 1 while the last bundle could
+        not be written even after dropping the oldest, and how many were dropped for room."""
+        evidence = self.executor.evidence
+        if evidence is None:
+            return []
+        store = evidence.store
+        failing = 1.0 if store.failing() else 0.0
+        return [
+            Reading("fleetd_evidence_write_failing", make_labels({}), failing, now),
+            Reading(
+                "fleetd_evidence_dropped_for_space_total",
+                make_labels({}),
+                float(store.dropped_for_space),
+                now,
+            ),
+        ]
+
     def runs(self, *, limit: int = 50) -> list[m.Run]:
         return self._journal.runs(self.node, limit=limit)
 

@@ -78,6 +78,7 @@ MAY_BE_EMPTY = {
     ),
     ("fleetd-gpu-detail", "Power vs cap", "B"): "MI300-class GPUs report no average power",
     ("fleetd-fleet-overview", "Nodes with degraded storage", "A"): "storage never fails here",
+    ("fleetd-fleet-overview", "Nodes with degraded storage", "B"): "storage never fails here",
     ("fleetd-node-detail", "fleetd restarts", ""): "fleetd does not restart in the run",
     ("fleetd-fleet-overview", "GPUs held out of service", "A"): "the run succeeds: none held",
     ("fleetd-node-detail", "KV-cache usage", "A"): "the stand-in workers export no KV cache",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,33 @@ def test_a_full_disk_drops_the_oldest_bundle_and_tries_once_more(
     monkeypatch.setattr(BundleStore, "_write_file", staticmethod(full_once))
     ref = s.write("r1.pre_reset.1.json.gz", content(1))
     assert not Path(first.path).exists() and Path(ref.path).exists()
+
+
+def test_a_disk_still_full_fails_the_write_and_signals_until_there_is_room_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = store(tmp_path)
+    s.write("r0.pre_reset.1.json.gz", content())
+    s.write("r1.pre_reset.1.json.gz", content(1))
+
+    def always_full(path: Path, data: bytes) -> None:
+        raise OSError(28, "No space left on device")
+
+    free = {"bytes": 0}
+
+    def usage(_path: object) -> shutil._ntuple_diskusage:
+        return shutil._ntuple_diskusage(1 << 30, (1 << 30) - free["bytes"], free["bytes"])
+
+    monkeypatch.setattr(BundleStore, "_write_file", staticmethod(always_full))
+    monkeypatch.setattr("fleetd.remedy.bundle.shutil.disk_usage", usage)
+    assert not s.failing()
+    with pytest.raises(BundleError, match="No space left"):
+        s.write("r2.pre_reset.1.json.gz", content(2))
+    assert s.dropped_for_space == 1  # the oldest went first, and it still did not fit
+    assert [p.name for p in s.bundles()] == ["r1.pre_reset.1.json.gz"]
+    assert s.failing()  # FleetdStorageDegraded reads this (fleetd_evidence_write_failing)
+    free["bytes"] = 1 << 20  # an operator freed the disk
+    assert not s.failing()
 
 
 def test_unsafe_names_are_refused() -> None:
