@@ -1,0 +1,260 @@
+"""Rolling proactive validation end to end on the simulator: a hive due for validation, with
+headroom on the node's load (read through a real ``MemoryWindow`` as the rules read it), is
+drained, put through the ``proactive`` ladder (validator commands written by the test) and
+re-admitted — or quarantined and paged when a validator fails. Load rising or a fault during
+the drain abandons it at once; dry-run only plans; a restart neither repeats nor forgets it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleetd.clock import FakeClock
+from fleetd.model import Reading, make_labels
+from fleetd.remedy import machine as m
+from fleetd.remedy.kpi import run_figures
+from fleetd.remedy.proactive import schedule
+from fleetd.remedy.proactive_config import ProactiveConfig
+from fleetd.store.memory import MemoryWindow
+
+from .rig import Rig, make_rig, path_with, remediation_config
+from .test_ladder_e2e import tool
+
+DAY = 86400.0
+FIRST_START = 91  # seconds of readings: the first check (each 30s) with a 2m window (less 30s)
+
+
+class Load:
+    """The node's load as the collectors would store it, written each second of the test."""
+
+    def __init__(self, rig: Rig) -> None:
+        self.rig = rig
+        self.window = MemoryWindow(3600.0)
+        self.requests = 0.0
+        rig.remediation.attach_query(self.window)
+
+    def restart(self) -> None:
+        self.rig.restart_daemon()
+        self.rig.remediation.attach_query(self.window)
+
+    def write(self) -> None:
+        now = self.rig.clock.now()
+        readings = []
+        for name, w in self.rig.fleet.workers.items():
+            labels = make_labels({"worker": name, "gpu": w.gpus[0]})
+            readings.append(Reading("fleetd_vllm_requests_running", labels, self.requests, now))
+            readings.append(Reading("fleetd_vllm_requests_waiting", labels, 0.0, now))
+        self.window.append(readings)
+
+    def tick(self, seconds: float = 1.0) -> None:
+        """``seconds`` of the node: readings each second, remediation ticked each second."""
+        for _ in range(int(seconds)):
+            self.rig.clock.advance(1.0)
+            self.write()
+            self.rig.remediation.tick(self.rig.clock.now())
+
+    def settle(self, limit: float = 600.0) -> None:
+        self.tick(1)
+        for _ in range(int(limit)):
+            if not self.rig.remediation.executor.active():
+                return
+            self.tick(1)
+        raise AssertionError("a run is still active")
+
+
+def proactive_runs(rig: Rig) -> list[m.Run]:
+    return [r for r in rig.remediation.runs() if r.plan is m.Plan.PROACTIVE]
+
+
+def build(
+    tmp: Path,
+    clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    rvs_fixture: str = "rvs_gst_pass.txt",
+    mode: str = "on",
+    proactive: dict[str, Any] | None = None,
+) -> Rig:
+    bin_dir = tmp / "tools"
+    bin_dir.mkdir()
+    validators = [
+        {
+            "name": "rvs_gst",
+            "kind": "rvs",
+            "command": [tool(bin_dir, "rvs", rvs_fixture), "{gpus}"],
+            "timeout": "30s",
+        },
+        {
+            "name": "a2a",
+            "kind": "transferbench",
+            "command": [tool(bin_dir, "TransferBench", "transferbench_a2a_pass.txt"), "a2a"],
+            "min_rtotal_gbps": 320,
+        },
+    ]
+    section = remediation_config(
+        mode=mode,
+        validation={"validators": validators, "plans": {"proactive": ["rvs_gst", "a2a"]}},
+        proactive={
+            "enabled": True,
+            "interval": "1d",
+            "retry_interval": "1h",
+            "check_interval": "30s",
+            "window": "2m",
+            "max_requests": 2,
+            **(proactive or {}),
+        },
+    )
+    rig = make_rig(tmp, clock, workers_on=(2, 3), remediation=section)
+    monkeypatch.setenv("PATH", path_with(rig.fleet.bin_dir))
+    return rig
+
+
+@pytest.fixture
+def passing(tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> Iterator[Rig]:
+    rig = build(tmp_path, clock, monkeypatch)
+    try:
+        yield rig
+    finally:
+        rig.close()
+
+
+def calls(rig: Rig, tool_name: str) -> list[str]:
+    path = rig.tmp / "tools" / f"{tool_name}.calls"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_a_due_hive_with_headroom_is_drained_validated_and_readmitted(passing: Rig) -> None:
+    rig = passing
+    load = Load(rig)
+    load.tick(89)  # less than a window (less a check) of readings: not judged yet
+    assert proactive_runs(rig) == []
+    load.tick(60)
+    [run] = proactive_runs(rig)
+    load.settle()
+    run = rig.run(run.run_id)
+    assert run.state is m.RunState.DONE and not run.dry_run, run.outcome
+    assert run.trigger.kind == "schedule" and run.reset_count == 0
+    assert rig.sim.reset_count() == 0  # validated, never reset
+    assert [(o.name, o.ok) for o in run.validation] == [("rvs_gst", True), ("a2a", True)]
+    assert calls(rig, "rvs") == ["0,1,2,3,4,5,6,7"]  # the hive, with its workers stopped
+    kinds = [e.kind for e in rig.remediation.events(run.run_id)]
+    assert kinds.index("worker_stopped") < kinds.index("validating") < kinds.index("readmitting")
+    assert all(w.in_rotation for w in rig.fleet.workers.values())
+    # recorded as proactive: a run on each GPU's RMA record, no fault; no repair in the KPIs
+    serial = {g.index: g.serial for g in rig.backend.gpus()}[3]
+    rec = rig.remediation.rma_record(serial)
+    assert rec is not None and not rec.faults and not rec.physical_action_needed
+    assert [(r.run_id, r.plan) for r in rec.runs] == [(run.run_id, "proactive")]
+    assert [(v.name, v.ok) for v in rec.validations] == [("rvs_gst", True), ("a2a", True)]
+    figures = run_figures(run, rig.remediation.events(run.run_id))
+    assert figures.plan == "proactive" and not figures.automatic
+    assert figures.repair is None and figures.verdict is None
+    # not due again within the interval, even across a restart
+    load.restart()
+    load.tick(3600)
+    assert len(proactive_runs(rig)) == 1
+    rig.clock.advance(DAY - 3600)
+    load.tick(180)
+    assert len(proactive_runs(rig)) == 2
+
+
+def test_no_headroom_or_no_readings_starts_nothing(passing: Rig) -> None:
+    rig = passing
+    rig.remediation.tick(rig.clock.now())  # no query readings at all: never blind
+    load = Load(rig)
+    load.requests = 3  # above max_requests
+    load.tick(600)
+    assert proactive_runs(rig) == []
+    assert calls(rig, "rvs") == []
+
+
+def test_load_rising_during_the_drain_abandons_and_readmits_at_once(passing: Rig) -> None:
+    rig = passing
+    load = Load(rig)
+    load.tick(FIRST_START)
+    [run] = proactive_runs(rig)
+    assert rig.run(run.run_id).state is m.RunState.BALANCER_WAIT
+    load.requests = 5
+    load.tick(1)
+    run = rig.run(run.run_id)
+    assert run.state is m.RunState.ABORTED and not run.holding
+    assert "proactive validation abandoned: worker gpu2 had 5 requests" in (run.outcome or "")
+    assert all(w.in_rotation for w in rig.fleet.workers.values())
+    assert calls(rig, "rvs") == []
+    assert not [e for e in rig.sink.alerts() if e.severity == "critical"]
+    # the next attempt waits the retry interval, not the whole interval
+    load.requests = 0
+    load.tick(1800)
+    assert len(proactive_runs(rig)) == 1
+    load.tick(1900)
+    assert len(proactive_runs(rig)) == 2
+
+
+def test_a_fault_during_the_validation_abandons_it_and_the_fault_run_follows(
+    passing: Rig,
+) -> None:
+    rig = passing
+    load = Load(rig)
+    load.tick(FIRST_START)
+    [run] = proactive_runs(rig)
+    assert rig.run(run.run_id).state is m.RunState.BALANCER_WAIT
+    rig.sim.inject(3, "ecc_uncorrectable", count=2)
+    [fault_run] = rig.fault(3)
+    assert rig.run(run.run_id).state is m.RunState.ABORTED
+    load.settle()
+    assert rig.run(fault_run).state is m.RunState.DONE and rig.sim.reset_count() == 1
+
+
+def test_a_failed_validator_quarantines_and_pages(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rig = build(tmp_path, clock, monkeypatch, rvs_fixture="rvs_gst_gpu5_below_target.txt")
+    try:
+        load = Load(rig)
+        load.tick(120)
+        load.settle()
+        [run] = proactive_runs(rig)
+        assert run.state is m.RunState.QUARANTINED and run.holding
+        assert (run.outcome or "").startswith("validator rvs_gst failed")
+        assert not any(w.in_rotation for w in rig.fleet.workers.values())
+        page = rig.sink.alerts()[-1]
+        assert page.kind == "quarantined" and page.severity == "critical"
+        assert "proactive validation" in page.message
+        serial = {g.index: g.serial for g in rig.backend.gpus()}[5]
+        rec = rig.remediation.rma_record(serial)
+        assert rec is not None and rec.physical_action_needed and not rec.faults
+        # a quarantined hive is not validated again while it is held
+        load.tick(3 * 3600)
+        assert len(proactive_runs(rig)) == 1
+    finally:
+        rig.close()
+
+
+def test_dry_run_plans_and_logs_only(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rig = build(tmp_path, clock, monkeypatch, mode="dry-run")
+    try:
+        load = Load(rig)
+        load.tick(120)
+        load.settle()
+        [run] = proactive_runs(rig)
+        assert run.dry_run and run.state is m.RunState.DONE
+        assert calls(rig, "rvs") == [] and calls(rig, "TransferBench") == []
+        assert all(w.in_rotation for w in rig.fleet.workers.values())
+        assert rig.remediation.events(run.run_id)[0].dry_run
+        load.restart()  # journaled: not repeated after a restart
+        load.tick(600)
+        assert len(proactive_runs(rig)) == 1
+    finally:
+        rig.close()
+
+
+def test_off_by_default_and_the_schedule_reads_the_journal() -> None:
+    config = ProactiveConfig()
+    assert not config.enabled and config.interval == 7 * DAY
+    never = schedule((0, 1), [], config, 100.0)
+    assert never.due(100.0) and never.last_run is None
