@@ -6,7 +6,7 @@ the drain abandons it at once; dry-run only plans; a restart neither repeats nor
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from fleetd.remedy.proactive import schedule
 from fleetd.remedy.proactive_config import ProactiveConfig
 from fleetd.store.memory import MemoryWindow
 
+from .machine_world import NOW, World, new_run, settle
 from .rig import Rig, make_rig, path_with, remediation_config
 from .test_ladder_e2e import tool
 
@@ -63,6 +64,10 @@ class Load:
                 return
             self.tick(1)
         raise AssertionError("a run is still active")
+
+
+def commands_of(cmds: list[m.Command], kind: type) -> list[m.Command]:
+    return [c for c in cmds if isinstance(c, kind)]
 
 
 def proactive_runs(rig: Rig) -> list[m.Run]:
@@ -258,3 +263,53 @@ def test_off_by_default_and_the_schedule_reads_the_journal() -> None:
     assert not config.enabled and config.interval == 7 * DAY
     never = schedule((0, 1), [], config, 100.0)
     assert never.due(100.0) and never.last_run is None
+
+
+# ------------------------------------------------------------------ the machine's part
+def _until(
+    world: World, run: m.Run, now: float, done: Callable[[m.Run], bool]
+) -> tuple[m.Run, list[m.Command], float]:
+    issued: list[m.Command] = []
+    for t in range(int(now), int(now) + 300):
+        if done(run):
+            return run, issued, float(t)
+        run, cmds = settle(world, m.step(run, m.Tick(), float(t)), float(t))
+        issued += cmds
+    raise AssertionError(f"stuck in {run.state}")
+
+
+def test_abandon_while_validating_restarts_the_workers_and_ends_aborted_in_service() -> None:
+    world = World()  # answers no RunValidator: the validator is under way
+    run, first = settle(world, new_run(m.Plan.PROACTIVE, validators=("rvs", "inference")), NOW)
+    run, cmds, t = _until(world, run, NOW, lambda r: r.state is m.RunState.VALIDATING)
+    cmds = first + cmds
+    assert run.validating == "rvs" and not commands_of(cmds, m.ResetGpu)
+    assert not commands_of(cmds, m.CaptureBaseline) and not commands_of(cmds, m.PollHealth)
+    run, after = settle(world, m.step(run, m.Abandon("load rose"), t), t)
+    assert run.state is m.RunState.AWAIT_READY or run.terminal
+    run, more, _t = _until(world, run, t, lambda r: r.terminal)
+    after += more
+    assert run.state is m.RunState.ABORTED and not run.holding and not run.lease_held
+    assert run.outcome == "proactive validation abandoned: load rose"
+    assert {c.worker for c in commands_of(after, m.StartUnit)} == {"w0", "w1"}  # type: ignore[attr-defined]
+    assert {c.worker for c in commands_of(after, m.Reroute)} == {"w0", "w1"}  # type: ignore[attr-defined]
+    assert commands_of(after, m.ReleaseLease) and not commands_of(after, m.RunValidator)
+    assert not any(getattr(c, "severity", "") == "critical" for c in after)
+
+
+def test_abandon_while_taking_workers_out_rolls_back() -> None:
+    world = World(busy_until=NOW + 1000)
+    run, _ = settle(world, new_run(m.Plan.PROACTIVE, validators=("rvs",)), NOW)
+    assert run.state is m.RunState.BALANCER_WAIT
+    run, cmds = settle(world, m.step(run, m.Abandon("a fault on GPU 3"), NOW + 1), NOW + 1)
+    assert run.state is m.RunState.ABORTED and not run.holding
+    assert commands_of(cmds, m.Reroute) and not commands_of(cmds, m.StopUnit)
+
+
+def test_a_proactive_drain_timeout_rolls_back_instead_of_stopping_busy_workers() -> None:
+    world = World(busy_until=NOW + 10_000)
+    run, _ = settle(world, new_run(m.Plan.PROACTIVE, validators=("rvs",)), NOW)
+    run, cmds, _t = _until(world, run, NOW, lambda r: r.terminal)
+    assert run.state is m.RunState.ABORTED and not run.holding
+    assert "drain timed out" in (run.outcome or "")
+    assert not commands_of(cmds, m.StopUnit)
