@@ -313,3 +313,66 @@ def test_a_proactive_drain_timeout_rolls_back_instead_of_stopping_busy_workers()
     assert run.state is m.RunState.ABORTED and not run.holding
     assert "drain timed out" in (run.outcome or "")
     assert not commands_of(cmds, m.StopUnit)
+
+
+# ------------------------------------------------------------------ through the daemon
+def _daemon(tmp: Path, clock: FakeClock, node: Any) -> Any:
+    from tests.test_daemon import config as daemon_config
+    from tests.test_daemon import daemon_on
+
+    tool_dir = tmp / "tools"
+    tool_dir.mkdir()
+    remediation = {
+        "mode": "dry-run",
+        "validation": {
+            "validators": [
+                {
+                    "name": "rvs_gst",
+                    "kind": "rvs",
+                    "command": [tool(tool_dir, "rvs", "rvs_gst_pass.txt"), "{gpus}"],
+                }
+            ],
+            "plans": {"proactive": ["rvs_gst"]},
+        },
+        "proactive": {
+            "enabled": True,
+            "check_interval": "5s",
+            "window": "1m",
+            "max_gpu_activity": 0.3,
+        },
+    }
+    return daemon_on(node, clock, daemon_config(tmp, remediation=remediation))
+
+
+def test_the_daemon_reads_gpu_activity_through_the_rules_query(tmp_path: Path) -> None:
+    from fleetd.sim import build_node
+    from tests.test_daemon import run as run_daemon
+
+    clock = FakeClock()
+    node = build_node("MI355X", seed=5, clock=clock)
+    node.set_load(None, 0.9)  # busy: no headroom
+    daemon = _daemon(tmp_path, clock, node)
+    daemon.start()
+    try:
+        remediation = daemon.remediation
+        assert remediation is not None
+        run_daemon(daemon, clock, 30)
+        assert [r for r in remediation.runs() if r.plan is m.Plan.PROACTIVE] == []
+        node.set_load(None, 0.0)  # idle: headroom once a whole window of readings says so
+        run_daemon(daemon, clock, 30)
+        [run] = [r for r in remediation.runs() if r.plan is m.Plan.PROACTIVE]
+        assert run.dry_run and run.gpu_indices == tuple(range(8))
+        assert not (tmp_path / "tools" / "rvs.calls").exists()  # dry-run: planned only
+    finally:
+        daemon.stop()
+
+
+def test_enabled_without_a_proactive_ladder_is_a_config_error() -> None:
+    from pydantic import ValidationError
+
+    from fleetd.remedy.config import RemediationConfig
+
+    with pytest.raises(ValidationError, match=r"needs a ladder: validation\.plans\.proactive"):
+        RemediationConfig.model_validate({"proactive": {"enabled": True}})
+    with pytest.raises(ValidationError, match="interval"):
+        RemediationConfig.model_validate({"proactive": {"interval": "1m"}})
