@@ -376,3 +376,18 @@ def test_enabled_without_a_proactive_ladder_is_a_config_error() -> None:
         RemediationConfig.model_validate({"proactive": {"enabled": True}})
     with pytest.raises(ValidationError, match="interval"):
         RemediationConfig.model_validate({"proactive": {"interval": "1m"}})
+
+
+def test_a_restart_mid_validation_resumes_the_same_run_and_opens_no_second(passing: Rig) -> None:
+    rig = passing
+    load = Load(rig)
+    load.tick(FIRST_START)
+    [run] = proactive_runs(rig)
+    assert rig.run(run.run_id).state is m.RunState.BALANCER_WAIT
+    load.restart()
+    load.settle()
+    [again] = proactive_runs(rig)
+    assert again.run_id == run.run_id and again.state is m.RunState.DONE and again.resumed == 1
+    assert calls(rig, "rvs") == ["0,1,2,3,4,5,6,7"]  # once
+    load.tick(600)
+    assert len(proactive_runs(rig)) == 1
