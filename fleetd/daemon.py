@@ -198,6 +198,8 @@ class Daemon:
             engine=self.engine,
         )
         remedy = self.remediation
+        if remedy is not None:  # the headroom of a proactive validation: the rules' query
+            remedy.attach_query(self.query)
         if remedy is not None:  # health says which GPUs remediation has out of service
             self.service = ServiceWatch(lambda: out_of_service(remedy.status(), remedy.run))
             self.engine.service = self.service

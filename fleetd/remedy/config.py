@@ -15,6 +15,7 @@ from fleetd.configbase import Duration, Secret, Span, StrictModel, documents
 from fleetd.remedy.caps import Cap, check_group_by
 from fleetd.remedy.commands import check_template
 from fleetd.remedy.holders import DEFAULT_MONITORING_AGENTS
+from fleetd.remedy.proactive_config import ProactiveConfig
 from fleetd.remedy.validation_config import ValidationConfig
 
 
@@ -472,3 +473,13 @@ class RemediationConfig(StrictModel):
     kpi_window: Annotated[Duration, Span(3600, "90d")] = 604800.0
     """The window of the reliability KPIs and rule precision (`GET /api/v1/report`, `fleetctl
     report`, the `fleetd_kpi_*` series): runs and alerts of the last this long."""
+    proactive: ProactiveConfig = Field(default_factory=ProactiveConfig)
+    """Rolling proactive validation: each hive drained and validated on a schedule when the
+    node has headroom."""
+
+    @model_validator(mode="after")
+    @documents("proactive.enabled needs a ladder: validation.plans.proactive")
+    def _proactive_ladder(self) -> RemediationConfig:
+        if self.proactive.enabled and not self.validation.plans.get("proactive"):
+            raise ValueError("proactive.enabled needs a ladder: validation.plans.proactive")
+        return self

@@ -30,6 +30,7 @@ from dataclasses import replace
 
 from fleetd.remedy.codec import run_from_dict, run_to_dict
 from fleetd.remedy.messages import (
+    Abandon,
     AcquireLease,
     BaselineResult,
     BurnInResult,
@@ -147,6 +148,8 @@ def step(run: Run, event: Event, now: float) -> Step:
         return terminal.on_terminal(run, event, now)
     if isinstance(event, Cancel):
         return terminal.cancel(run, event, now)
+    if isinstance(event, Abandon):
+        return validate.abandon(run, event, now)
     if isinstance(event, Replan):
         return _replan(run, event)
     if isinstance(event, Resumed):
@@ -206,6 +209,7 @@ _HANDLERS: dict[RunState, Handler] = {
 __all__ = [
     "MANUAL_PLANS",
     "TERMINAL",
+    "Abandon",
     "AcquireLease",
     "BaselineResult",
     "Bundle",

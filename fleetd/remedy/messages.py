@@ -167,6 +167,14 @@ class Cancel:
 
 
 @dataclass(frozen=True, slots=True)
+class Abandon:
+    """Give up a proactive validation at once (the node's load rose, an incident began, the
+    fleet said no): the workers go back into service; nothing is quarantined for it."""
+
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
 class Replan:
     """Another report of the run's incident calls for a more severe plan (physical ⇒
     quarantine, reboot): taken while the run is still ``planned`` (nothing done yet), with
@@ -315,6 +323,7 @@ Event = (
     Tick
     | Resumed
     | Cancel
+    | Abandon
     | Replan
     | LeaseResult
     | UnrouteResult

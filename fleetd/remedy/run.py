@@ -17,6 +17,7 @@ class Plan(StrEnum):
     REBOOT = "reboot"
     DRAIN = "drain"
     UNDRAIN = "undrain"
+    PROACTIVE = "proactive"  # rolling validation of a healthy hive: no reset, the ladder
 
 
 MANUAL_PLANS = frozenset({Plan.DRAIN, Plan.UNDRAIN})
@@ -100,7 +101,7 @@ _OUT_OF_ROTATION = frozenset(
 class Trigger:
     """What started the run: an alert (rule, labels, value) or a person (who, why)."""
 
-    kind: Literal["alert", "manual"]
+    kind: Literal["alert", "manual", "schedule"]
     at: float
     rule: str | None = None
     fingerprint: str | None = None
@@ -114,6 +115,8 @@ class Trigger:
     def describe(self) -> str:
         if self.kind == "manual":
             return f"requested by {self.who or 'unknown'}: {self.why or 'no reason given'}"
+        if self.kind == "schedule":
+            return f"proactive validation ({self.why or 'due'})"
         where = f" on GPU {self.gpu}" if self.gpu is not None else ""
         value = f" (value {self.value:g})" if self.value is not None else ""
         return f"alert {self.rule}{where}{value}"
@@ -246,6 +249,8 @@ class Run:
     validated_at: float | None = None  # when the command validators were through
     # when each capture began, by phase (the first attempt's time): the KPIs' capture stage
     captures_started: tuple[tuple[str, float], ...] = ()
+    # a proactive validation given up (load rose, an incident began): why; it re-admits at once
+    abandoned: str = ""
 
     @property
     def terminal(self) -> bool:

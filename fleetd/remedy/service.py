@@ -25,7 +25,8 @@ from fleetd.clock import Clock
 from fleetd.errors import RemedyError
 from fleetd.events.afid import AfidTable
 from fleetd.logs import get_logger
-from fleetd.model import GpuIdentity, Reading, Transition, make_labels
+from fleetd.model import AlertState, GpuIdentity, Reading, Transition, make_labels
+from fleetd.query import Query
 from fleetd.remedy import machine as m
 from fleetd.remedy.codec import run_to_dict
 from fleetd.remedy.config import RemediationConfig
@@ -48,6 +49,7 @@ from fleetd.remedy.policy import (
     wants_remediation,
 )
 from fleetd.remedy.ports import AlertView, FaultEvents, GpuControl, HealthPoller
+from fleetd.remedy.proactive import ProactiveScheduler, hives
 from fleetd.remedy.rma import RmaBook, RmaRecord
 from fleetd.remedy.validation_config import ladder_for
 from fleetd.remedy.workers.base import WorkerAdapter
@@ -166,6 +168,14 @@ class Remediation:
             rma=rma,
         )
 
+        self._alerts = alerts
+        self.proactive = ProactiveScheduler(self)
+
+    def attach_query(self, query: Query) -> None:
+        """Read the node's load (vLLM requests, GPU activity) through the rules' query: the
+        headroom a proactive validation needs (``fleetd.remedy.proactive``)."""
+        self.proactive.query = query
+
     def attach_events(self, events: FaultEvents) -> None:
         """Read fault incidents (one plan per incident), the AFID table in force and the reset
         evidence from the event sources (fleetd.events_wiring)."""
@@ -214,6 +224,10 @@ class Remediation:
         gpu = trigger.gpu
         for run in [*self.executor.active(), *self._journal.holding(self.node)]:
             if gpu is None or gpu in run.gpu_indices:
+                if run.plan is m.Plan.PROACTIVE and not run.terminal:
+                    # a fault outranks a check-up: it re-admits, this run waits for the slot
+                    self.executor.feed(run.run_id, m.Abandon(trigger.describe()), now)
+                    continue
                 what = "held out of service" if run.holding else f"in run ({run.state.value})"
                 self.executor.note(
                     run,
@@ -445,7 +459,52 @@ class Remediation:
     def tick(self, now: float) -> None:
         with self._lock:
             self._replan(now)
+            self.proactive.tick(now)
             self.executor.tick(now)
+
+    # ---- proactive validation (fleetd.remedy.proactive) ------------------------------------
+    @property
+    def journal(self) -> RunJournal:
+        return self._journal
+
+    @property
+    def workers(self) -> Sequence[VllmWorkerConfig]:
+        return self._workers
+
+    def hives(self) -> list[tuple[int, ...]]:
+        """The node's GPUs grouped by what one reset reaches (each its own with ``gpu``)."""
+        gpus = sorted(self._identities())
+        if self.config.reset_unit != "hive":
+            return [(g,) for g in gpus]
+        return hives(gpus, self._backend.reset_unit)
+
+    def breaker(self) -> BreakerStatus:
+        return self._lease.breaker()
+
+    def firing_alerts(self) -> list[str]:
+        """The health alerts firing on this node (an incident: no validation meanwhile)."""
+        if self._alerts is None:
+            return []
+        return sorted(
+            {a.key.rule for a in self._alerts.health_alerts() if a.state is AlertState.FIRING}
+        )
+
+    def open_proactive(self, gpus: tuple[int, ...], why: str, now: float) -> str:
+        """Open a proactive validation of ``gpus`` (a hive) in the configured mode."""
+        trigger = m.Trigger(kind="schedule", at=now, why=why)
+        dry_run = self.config.mode == "dry-run"
+        settings = settings_for(self.config, dry_run=dry_run, escalate_to_reboot=False)
+        settings = replace(settings, validators=self._ladder(m.Plan.PROACTIVE, trigger))
+        return self._open(
+            self._new_id(),
+            m.Plan.PROACTIVE,
+            trigger,
+            gpus,
+            settings,
+            now,
+            dry_run=dry_run,
+            why=f"proactive validation of GPUs {_gpus(gpus)} ({why})",
+        )
 
     def status(self) -> RemediationStatus:
         """What runs and what is held, read without waiting for a step in progress (the API,

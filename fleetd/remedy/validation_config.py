@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 VALIDATOR_PLACEHOLDERS = frozenset({"node", "gpus"})
-LADDER_PLANS = ("reset", "reboot")
+LADDER_PLANS = ("reset", "reboot", "proactive")
 
 ValidatorName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-]{1,48}$")]
 
@@ -96,9 +96,12 @@ class ValidationConfig(StrictModel):
     """The command validators. The name `inference` is reserved: the built-in per-model inference
     probe (`vllm.benchmark`), which runs once the workers serve again and before they go back into
     rotation."""
-    plans: dict[Literal["reset", "reboot"], list[ValidatorName]] = Field(default_factory=dict)
+    plans: dict[Literal["reset", "reboot", "proactive"], list[ValidatorName]] = Field(
+        default_factory=dict
+    )
     """The ladder of each plan: validator names in the order they run (command validators first,
-    in the order given; `inference` last)."""
+    in the order given; `inference` last). `proactive` is the ladder of the rolling proactive
+    validation (`remediation.proactive`)."""
     fault_classes: dict[str, list[ValidatorName]] = Field(default_factory=dict)
     """A ladder per fault class, replacing the plan's: the key is an AFID as `afid:N`, an AFID
     category of the AFID table (e.g. `HBM Errors`, `Off-Package Link Errors`) or the name of

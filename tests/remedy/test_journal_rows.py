@@ -42,9 +42,11 @@ ADDED_SINCE_TODAY = (
     "validation",
     "validated_at",
     "captures_started",
+    "abandoned",
 )
 """Run fields newer than the TODAY rows (the reset's time and the driver's confirmation of
-it, the evidence capture, its bundles and when each began, the validation ladder): written at
+it, the evidence capture, its bundles and when each began, the validation ladder, why a
+proactive validation was abandoned): written at
 their defaults for those rows, and left out of the to-the-byte comparison."""
 SETTINGS_ADDED_SINCE_TODAY = ("capture_evidence", "validators")
 UNIT_GPU_ADDED_SINCE_TODAY = ("serial",)

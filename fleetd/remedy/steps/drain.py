@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from fleetd.remedy.messages import (
+    Abandon,
     AcquireLease,
     BaselineResult,
     CaptureBaseline,
@@ -42,6 +43,7 @@ from fleetd.remedy.steps.common import (
 from fleetd.remedy.steps.readmit import start_readmitting
 from fleetd.remedy.steps.reset import start_reboot, start_reset
 from fleetd.remedy.steps.terminal import abort, quarantine, rollback
+from fleetd.remedy.steps.validate import abandon, start_validating
 
 
 def _start_draining(run: Run, now: float) -> Step:
@@ -209,6 +211,8 @@ def on_quiescing(run: Run, event: Event, now: float) -> Step:
             run = add_evidence(run, line)
             if s.on_drain_timeout == "abort" and run.plan is Plan.RESET:
                 return rollback(run, now, line, page=True)
+            if run.plan is Plan.PROACTIVE:  # never stop a busy worker for a check-up
+                return rollback(run, now, f"proactive validation abandoned: {line}", page=False)
             return _start_stopping(
                 run, now, Record("drain_timeout", f"{line}; proceeding", severity="warning")
             )
@@ -251,9 +255,13 @@ def on_release_check(run: Run, event: Event, now: float) -> Step:
     s = run.settings
     if isinstance(event, ProcessResult):
         if event.error is None and not event.holders:
+            if run.plan is Plan.PROACTIVE:  # no reset: the ladder on the free GPUs
+                return start_validating(replace(run, next_at=None), now)
             return replace(run, next_at=None), [CaptureBaseline()]
         what = event.error or f"still on the GPUs: {', '.join(event.holders)}"
         if run.deadline is not None and now >= run.deadline:
+            if run.plan is Plan.PROACTIVE:  # a check-up never quarantines for a busy GPU
+                return abandon(run, Abandon(f"GPUs not free: {what}"), now)
             run = add_evidence(run, f"reset refused: {what}")
             return quarantine(run, now, f"reset refused, {what}")
         return replace(run, next_at=now + s.release_poll_interval, last_problems=(what,)), []

@@ -83,6 +83,25 @@ def abort(run: Run, now: float, reason: str, *, page: bool) -> Step:
 
 
 def finish(run: Run, now: float) -> Step:
+    if run.abandoned:  # a proactive validation given up: back in service, not validated
+        run = enter(
+            run,
+            RunState.ABORTED,
+            now,
+            outcome=f"proactive validation abandoned: {run.abandoned}",
+            lease_held=False,
+        )
+        workers = name_list(run.worker_names)
+        return run, [
+            Record(
+                "aborted",
+                f"proactive validation of GPUs {gpu_list(run)} abandoned ({run.abandoned}); "
+                f"workers back in rotation: {workers}",
+                severity="warning",
+                resolve_alert=True,
+            ),
+            ReleaseLease(),
+        ]
     run = enter(run, RunState.DONE, now, outcome="completed", lease_held=False)
     polls = plural(run.settings.verify_polls, "healthy poll")
     if run.reboot_count:

@@ -13,11 +13,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from fleetd.remedy.messages import Event, Record, Resumed, RunValidator, ValidatorResult
+from fleetd.remedy.messages import (
+    Abandon,
+    Event,
+    Record,
+    Resumed,
+    RunValidator,
+    ValidatorResult,
+)
 from fleetd.remedy.run import Run, RunState, ValidatorOutcome
 from fleetd.remedy.steps.common import Step, add_evidence, after, enter
 from fleetd.remedy.steps.readmit import start_readmitting
-from fleetd.remedy.steps.terminal import quarantine
+from fleetd.remedy.steps.terminal import abort, quarantine, rollback
 from fleetd.remedy.validators import INFERENCE
 
 MAX_ATTEMPTS = 2
@@ -122,3 +129,29 @@ def _verdict(run: Run, event: ValidatorResult, now: float) -> Step:
         f"validator {event.name} passed ({event.duration:.1f}s): {event.summary}",
     )
     return after([note], start_validating(run, now))
+
+
+# ------------------------------------------------------------------ proactive validation
+_TAKING_OUT = frozenset({RunState.UNROUTING, RunState.BALANCER_WAIT, RunState.QUIESCING})
+_OUT = frozenset({RunState.STOPPING, RunState.RELEASE_CHECK, RunState.VALIDATING})
+
+
+def abandon(run: Run, event: Abandon, now: float) -> Step:
+    """Give a proactive validation up at once: workers still being taken out go back into
+    rotation, stopped ones are started again (without the inference probe: nothing was
+    found), and the run ends ``aborted`` with its GPUs in service — never quarantined."""
+    if run.abandoned or run.state in (RunState.STARTING, RunState.AWAIT_READY):
+        return run, [Record("abandon_noted", f"{event.why} (already re-admitting)")]
+    if run.state is RunState.ROLLING_BACK:
+        return run, [Record("abandon_noted", f"{event.why} (already rolling back)")]
+    why = f"proactive validation abandoned: {event.why}"
+    if run.state is RunState.PLANNED:
+        return abort(run, now, why, page=False)
+    if run.state in _TAKING_OUT:
+        return rollback(run, now, why, page=False)
+    if run.state in _OUT:
+        settings = replace(run.settings, validators=())
+        run = replace(run, abandoned=event.why, settings=settings, validating="")
+        note = Record("abandoned", f"{why}; re-admitting the workers now", severity="warning")
+        return after([note], start_readmitting(run, now))
+    return run, [Record("abandon_noted", f"{event.why} (nothing to give up in {run.state})")]
