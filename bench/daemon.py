@@ -15,7 +15,9 @@ per_tick`` (less the CPU the replay itself spent serving answers, which it measu
 time.thread_time), ``simulator.cpu_ms_per_tick``, node_exporter's CPU per scrape and series,
 and the ratios ``fleetd own CPU per tick / node_exporter CPU per scrape`` and the same per
 series. ``--footprint-ticks N`` instead ticks a replay daemon by hand N times on a fake clock
-(in this process; /metrics fetched every 5 ticks) and prints its RSS along the way.
+(in this process; /metrics fetched every 5 ticks) and prints its RSS along the way;
+``--breakdown-ticks N`` ticks one the same way and prints the thread CPU of each part of a
+tick (rules, remediation status, self-metrics, store, alert state).
 
 Prints one JSON line.
 """
@@ -358,6 +360,92 @@ def footprint(ticks: int, every: int) -> dict[str, Any]:
     }
 
 
+def breakdown(ticks: int) -> dict[str, Any]:
+    """Where a replay daemon's CPU goes: ticked by hand on a fake clock (as ``footprint``),
+    the thread CPU of each part of a tick, per tick, after 60 warm-up ticks."""
+    from collections.abc import Callable
+
+    from fleetd.alert.dispatch import Dispatcher
+    from fleetd.clock import FakeClock
+    from fleetd.daemon import Daemon as FleetDaemon
+    from fleetd.handoff import AlertStateKeeper
+    from fleetd.logs import configure_logging
+    from fleetd.remedy.service import Remediation
+    from fleetd.replay_wiring import DEFAULT_RECORDING, open_replay_backend, recording_config
+    from fleetd.rules.engine import RuleEngine
+    from fleetd.rules.health import ServiceWatch
+    from fleetd.selfmetrics import SelfMetrics
+    from fleetd.store.resilient import ResilientStore
+
+    spent: dict[str, float] = {}
+    measuring = [False]
+
+    def timed(owner: Any, name: str, label: str) -> None:
+        inner: Callable[..., Any] = getattr(owner, name)
+
+        def wrapper(*a: Any, **k: Any) -> Any:
+            t0 = time.thread_time()
+            try:
+                return inner(*a, **k)
+            finally:
+                if measuring[0]:
+                    spent[label] = spent.get(label, 0.0) + time.thread_time() - t0
+
+        setattr(owner, name, wrapper)
+
+    parts = [
+        (RuleEngine, "evaluate", "rules evaluation"),
+        (ServiceWatch, "refresh", "remediation status for the rules' service view"),
+        (SelfMetrics, "publish", "self-metrics publish"),
+        (ResilientStore, "append", "store append"),
+        (AlertStateKeeper, "save", "alert state save"),
+        (Dispatcher, "metrics", "alert metrics (in publish)"),
+        (Remediation, "status", "remediation status (every caller)"),
+    ]
+    configure_logging("json", "warning", stream=sys.stderr)
+    tmp = Path(tempfile.mkdtemp(prefix="fleetd-bench-breakdown-"))
+    backend, _replay = open_replay_backend(tmp, DEFAULT_RECORDING)
+    clock = FakeClock()
+    daemon = FleetDaemon(recording_config(tmp), clock=clock, backend=backend, schedule_jobs=False)
+    for owner, name, label in parts:
+        timed(owner, name, label)
+    timed(daemon, "tick", "tick (main thread, all of it)")
+    daemon.start()
+    try:
+        assert daemon.http is not None
+        url = f"http://127.0.0.1:{daemon.http.port}/metrics"
+
+        def run(n: int) -> None:
+            for tick in range(1, n + 1):
+                clock.advance(1.0)
+                daemon.tick()
+                daemon.deliver()
+                daemon.remediate()
+                if tick % int(SCRAPE_S) == 0:
+                    daemon.maintain()
+                    fetch(url)
+
+        run(60)
+        measuring[0] = True
+        cpu0 = time.process_time()
+        run(ticks)
+        cpu = time.process_time() - cpu0
+    finally:
+        daemon.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {
+        "bench": "daemon_breakdown",
+        "ticks": ticks,
+        "process_cpu_ms_per_tick": round(1000 * cpu / ticks, 2),
+        "thread_cpu_ms_per_tick": {
+            k: round(1000 * v / ticks, 2) for k, v in sorted(spent.items(), key=lambda kv: -kv[1])
+        },
+        "note": "replay daemon ticked by hand on a fake clock (deliver and remediate every "
+        "tick; maintenance and a /metrics fetch every 5); process CPU includes the replay, "
+        "the poll's threads and the HTTP server; parts overlap (publish holds alert metrics)",
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--warmup", type=float, default=15.0, help="seconds before measuring")
@@ -366,6 +454,9 @@ def main() -> None:
         "--footprint-ticks", type=int, default=0, help="instead: RSS over N hand-driven ticks"
     )
     parser.add_argument("--sample-every", type=int, default=10_000)
+    parser.add_argument(
+        "--breakdown-ticks", type=int, default=0, help="instead: CPU per part of a tick"
+    )
     parser.add_argument("--child", choices=["replay", "simulator"], help=argparse.SUPPRESS)
     parser.add_argument("--state", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -376,6 +467,9 @@ def main() -> None:
         return
     if args.footprint_ticks:
         print(json.dumps(footprint(args.footprint_ticks, args.sample_every)))
+        return
+    if args.breakdown_ticks:
+        print(json.dumps(breakdown(args.breakdown_ticks)))
         return
     if not Path(NODE_EXPORTER).exists():
         raise SystemExit(f"{NODE_EXPORTER} not found (apt-get install prometheus-node-exporter)")

@@ -22,7 +22,14 @@ log = get_logger("daemon")
 
 
 class SelfMetrics:
-    """Publishes after every evaluation; refreshes the service view at every scrape."""
+    """Publishes after every evaluation; refreshes the service view at every scrape.
+
+    The remediation and reliability (``kpi``) groups are read from the database (the
+    remediation journal, the lease, the runs' counts) and only /metrics shows them, so they
+    are computed at each scrape (``refresh_service_view``, which ``/metrics`` calls before it
+    renders) rather than after every poll: the first ``publish`` computes them once, so the
+    groups exist, in the same order, before the first scrape.
+    """
 
     def __init__(
         self,
@@ -46,6 +53,7 @@ class SelfMetrics:
         self._remediation = remediation
         self._fleet = fleet  # the registry heartbeat's readings (drift, fleet silences)
         self._kpi = kpi  # the reliability report's (fleetd.remedy.reliability)
+        self._scrape_groups_published = False
 
     def publish(self, now: float) -> list[Reading]:
         """Export every group. Health and storage state also go into the memory window
@@ -64,16 +72,22 @@ class SelfMetrics:
         self._exporter.update_group("store", storage)
         self._exporter.update_group("coverage", coverage)
         self._update_group_from("alerts", self._dispatcher.metrics, now)
-        if self._remediation is not None:
-            self._update_group_from("remediation", self._remediation.metrics, now)
-        if self._kpi is not None:
-            self._update_group_from("kpi", self._kpi, now)
+        if not self._scrape_groups_published:
+            self._scrape_groups_published = True
+            if self._remediation is not None:
+                self._update_group_from("remediation", self._remediation.metrics, now)
+            if self._kpi is not None:
+                self._update_group_from("kpi", self._kpi, now)
         return health
 
     def refresh_service_view(self, now: float) -> None:
         """At scrape time, what remediation has out of service, as the API reads it: a drain
         or a reset that began since the last poll shows on /metrics at once, and the two never
-        disagree (the rules' verdict itself stays the last poll's)."""
+        disagree (the rules' verdict itself stays the last poll's); and the remediation and
+        reliability groups as they are now."""
+        published = self._scrape_groups_published  # else the first poll has not published
+        if published and self._kpi is not None:
+            self._update_group_from("kpi", self._kpi, now)
         remedy, health = self._remediation, self._engine.health()
         if remedy is None or health is None:
             return
@@ -84,7 +98,8 @@ class SelfMetrics:
             log.warning("service_view_stale", error=repr(exc))
             return
         self._exporter.update_group("rules", rule_readings(self._engine, now, health=live))
-        self._update_group_from("remediation", remedy.metrics, now)
+        if published:
+            self._update_group_from("remediation", remedy.metrics, now)
 
     def _update_group_from(
         self, group: str, read: Callable[[float], list[Reading]], now: float

@@ -80,7 +80,12 @@ class HybridQuery(QueryBase):
         mem = self.memory.latest(metric, matchers, now=now, max_age=max_age)
         if max_age is not None and self.memory.covers(now - max_age):
             return mem
+        split = self.memory.complete_after
         try:
+            if split is not None:
+                known = self._newest_in_memory(metric, matchers, mem, split)
+                if known is not None:
+                    return known
             stored = self.database.latest(metric, matchers, now=now, max_age=max_age)
         except DATABASE_ERRORS as exc:
             self._failed(exc, "latest")
@@ -89,6 +94,31 @@ class HybridQuery(QueryBase):
             if key not in stored or sample.ts >= stored[key].ts:
                 stored[key] = sample
         return stored
+
+    def _newest_in_memory(
+        self,
+        metric: str,
+        matchers: Sequence[Matcher],
+        mem: dict[SeriesKey, Sample],
+        split: float,
+    ) -> dict[SeriesKey, Sample] | None:
+        """``latest``'s answer without reading samples from the database, when memory alone
+        decides it: every series the database knows (its series registry, held in memory)
+        has a sample in memory newer than the split. Every sample after the split is held in
+        memory, so nothing the database holds for that series is newer, and a series the
+        database does not know can only be in memory. None when some series needs the
+        database (no sample in memory, or only ones at or before the split)."""
+        known = self.database.series(metric, matchers)
+        out: dict[SeriesKey, Sample] = {}
+        for key in known:
+            sample = mem.get(key)
+            if sample is None or sample.ts <= split:
+                return None
+            out[key] = sample
+        if len(out) != len(mem):
+            for key, sample in mem.items():
+                out.setdefault(key, sample)
+        return out
 
     def _window(
         self, fn: WindowFn, metric: str, matchers: Sequence[Matcher], window: float, now: float

@@ -30,6 +30,9 @@ def decode_labels(text: str) -> Labels:
     return tuple((str(k), str(v)) for k, v in json.loads(text))
 
 
+_SELECT_CACHE_LIMIT = 4096  # distinct (metric, matchers) selections remembered
+
+
 class SeriesRegistry:
     """The series table, cached; one per open database."""
 
@@ -41,6 +44,11 @@ class SeriesRegistry:
         self._max_id = 0
         self._pending: dict[tuple[str, Labels], int] = {}
         self._lock = threading.Lock()
+        # select's answers, each with the per-metric dict it was computed from: that dict is
+        # replaced (never changed) when the metric's series change, so identity is its version
+        self._selected: dict[
+            tuple[str, tuple[Matcher, ...]], tuple[dict[Labels, int], dict[int, SeriesKey]]
+        ] = {}
 
     def reload(self) -> None:
         """Forget the cache and read the whole table again (after series were relabelled)."""
@@ -84,12 +92,22 @@ class SeriesRegistry:
 
     def select(self, metric: str, matchers: Sequence[Matcher] = ()) -> dict[int, SeriesKey]:
         """Ids and keys of the known series of ``metric`` matching every matcher."""
-        by_labels = self._ids.get(metric, {})
-        return {
+        by_labels = self._ids.get(metric)
+        if by_labels is None:
+            return {}
+        cache_key = (metric, tuple(matchers))
+        cached = self._selected.get(cache_key)
+        if cached is not None and cached[0] is by_labels:
+            return dict(cached[1])
+        chosen = {
             sid: SeriesKey(metric, labels)
             for labels, sid in by_labels.items()
             if matches_all(labels, matchers)
         }
+        if len(self._selected) >= _SELECT_CACHE_LIMIT:
+            self._selected.clear()
+        self._selected[cache_key] = (by_labels, chosen)
+        return dict(chosen)
 
     def resolve(self, conn: Connection, metric: str, labels: Labels) -> int:
         """The id of a series, inserting it within ``conn``'s transaction when new.

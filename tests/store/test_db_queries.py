@@ -110,6 +110,25 @@ def test_label_matchers(loaded: SampleStore) -> None:
     assert loaded.series("fleetd_no_such_metric") == []
 
 
+def test_a_selection_sees_series_added_after_it_was_asked(store: SampleStore) -> None:
+    """The registry remembers its selections; a new series of the metric (this process's
+    poll, or another process's after ``refresh``) shows in the next answer, and a caller
+    changing an answer does not change the next."""
+    store.append(readings(POWER, gpu(0), [(0, 1.0)]))
+    not_gpu1 = [Matcher("gpu", "!=", "1")]
+    assert store.series(POWER, not_gpu1) == [key(POWER, gpu(0))]
+    store.append(readings(POWER, gpu(2), [(10, 1.0)]) + readings(POWER, gpu(1), [(10, 1.0)]))
+    assert store.series(POWER, not_gpu1) == [key(POWER, gpu(0)), key(POWER, gpu(2))]
+    store.registry.select(POWER, not_gpu1).clear()
+    assert len(store.registry.select(POWER, not_gpu1)) == 2
+    other = SampleStore(store.db)  # another process's view of the same file
+    assert other.series(POWER, not_gpu1) == [key(POWER, gpu(0)), key(POWER, gpu(2))]
+    store.append(readings(POWER, gpu(3), [(20, 1.0)]))
+    assert len(other.series(POWER, not_gpu1)) == 2  # not looked again yet
+    other.refresh()
+    assert len(other.series(POWER, not_gpu1)) == 3
+
+
 def test_range_without_step_is_inclusive(loaded: SampleStore) -> None:
     got = loaded.range(POWER, G0, start=T0 + 10, end=T0 + 30)
     assert got == {

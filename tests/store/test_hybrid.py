@@ -169,3 +169,61 @@ def test_hybrid_matches_one_complete_window(store: SampleStore, db_until: float)
             want_r = everything.range(ECC, start=T0, end=now, step=step, agg=agg)
             assert [s.ts for s in got_r[K]] == [s.ts for s in want_r[K]], (step, agg)
             assert [s.value for s in got_r[K]] == pytest.approx([s.value for s in want_r[K]])
+
+
+class CountingLatest:
+    """Wraps a store and counts the ``latest`` reads the hybrid sends it."""
+
+    def __init__(self, inner: SampleStore) -> None:
+        self.inner = inner
+        self.latest_reads = 0
+
+    def latest(
+        self,
+        metric: str,
+        matchers: Sequence[Matcher] = (),
+        *,
+        now: float,
+        max_age: float | None = None,
+    ) -> dict[SeriesKey, Sample]:
+        self.latest_reads += 1
+        return self.inner.latest(metric, matchers, now=now, max_age=max_age)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
+def test_latest_without_an_age_reads_samples_from_the_database_only_when_memory_lacks_them(
+    store: SampleStore,
+) -> None:
+    """``latest`` with no age limit (``stale()``) is answered by memory when every series the
+    database knows has a sample in memory after the split, and by both otherwise: a series
+    that stopped reporting before memory's window, or a time before the window."""
+    other = SeriesKey(ECC, gpu(1))
+    for t, v in ((0, 1.0), (50, 2.0)):
+        store.append(poll(t, v))
+    mem = MemoryWindow(retention=3600)
+    for t, v in ((100, 3.0), (110, 4.0)):
+        mem.append(poll(t, v))
+        store.append(poll(t, v))
+    counted = CountingLatest(store)
+    hybrid = HybridQuery(mem, counted)  # type: ignore[arg-type]
+    assert hybrid.latest(ECC, now=T0 + 115) == {K: Sample(T0 + 110, 4.0)}
+    assert counted.latest_reads == 0
+    # the same answer the database gives alone
+    assert store.latest(ECC, now=T0 + 115) == {K: Sample(T0 + 110, 4.0)}
+    # before memory's window only the database has the answer
+    assert hybrid.latest(ECC, now=T0 + 60) == {K: Sample(T0 + 50, 2.0)}
+    assert counted.latest_reads == 1
+    # a series the database knows and memory does not hold (it stopped reporting)
+    store.append([Reading(ECC, gpu(1), 9.0, T0 + 20)])
+    assert hybrid.latest(ECC, now=T0 + 115) == {
+        K: Sample(T0 + 110, 4.0),
+        other: Sample(T0 + 20, 9.0),
+    }
+    assert counted.latest_reads == 2
+    # a series only memory holds (its database write failed) is answered too
+    mem.append([Reading(ECC, gpu(2), 5.0, T0 + 112)])
+    got = hybrid.latest(ECC, [Matcher("gpu", "!=", "1")], now=T0 + 115)
+    assert got == {K: Sample(T0 + 110, 4.0), SeriesKey(ECC, gpu(2)): Sample(T0 + 112, 5.0)}
+    assert counted.latest_reads == 2

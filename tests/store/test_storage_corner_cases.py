@@ -19,7 +19,7 @@ from store_helpers import T0, gpu
 from fleetd.errors import StoreError
 from fleetd.model import Reading
 from fleetd.store.config import StoreConfig
-from fleetd.store.db import Database, FileGuard, sqlite_url
+from fleetd.store.db import Database, FileGuard, file_problem, sqlite_url
 from fleetd.store.resilient import POLL_LOCK_WAIT, ResilientStore, classify
 
 POWER = "fleetd_gpu_power_watts"
@@ -158,6 +158,29 @@ def test_file_guard_names_an_immutable_file(tmp_path: Path, immutable: list[Path
     subprocess.run(["chattr", "+i", str(path)], check=True)
     immutable.append(path)
     assert guard.problem() == f"database file {path} is read-only or immutable"
+
+
+def test_file_guard_names_the_wal_or_the_directory_and_ignores_missing_files(
+    tmp_path: Path, immutable: list[Path]
+) -> None:
+    """The guard's four access(2) checks word the refusal as ``file_problem`` does: the
+    first refused of the directory, the file, its -wal and its -shm; a -wal or -shm that does
+    not exist is no problem."""
+    folder = tmp_path / "state"
+    path = folder / "fleetd.db"
+    db = Database.open(sqlite_url(path))
+    db.dispose()  # the last connection closed: no -wal or -shm left
+    guard = FileGuard(path, ttl=0)
+    assert not Path(f"{path}-wal").exists() and guard.problem() is None
+    wal = Path(f"{path}-wal")
+    wal.write_bytes(b"")
+    subprocess.run(["chattr", "+i", str(wal)], check=True)
+    immutable.append(wal)
+    assert guard.problem() == f"database file {wal} is read-only or immutable"
+    subprocess.run(["chattr", "+i", str(folder)], check=True)
+    immutable.append(folder)
+    assert guard.problem() == f"state directory {folder} is read-only or immutable"
+    assert guard.problem() == file_problem(path)
 
 
 def test_immutable_files_degrade_storage_without_touching_sqlite(
