@@ -41,6 +41,7 @@ from fleetd.sim.enums import (
 )
 from fleetd.sim.model import SimNode
 from fleetd.sim.raw import RawLibrary, SmiStatusError
+from fleetd.sim.surface import AmdSmiModuleSurface
 
 T = TypeVar("T")
 U8, U16, U32, U64 = (
@@ -290,7 +291,7 @@ class _Interface:
 
 
 # ---------------------------------------------------------------------------------- the face
-class SimulatedAmdSmi:
+class SimulatedAmdSmi(AmdSmiModuleSurface):
     """Stands in for the ``amdsmi`` module, reading a SimNode.
 
     Pass an instance wherever the real module would go (``AmdSmiBackend(SimulatedAmdSmi(node))``).
@@ -298,37 +299,6 @@ class SimulatedAmdSmi:
     """
 
     __version__ = "7.0.2"
-
-    amdsmi_wrapper = wrapper
-    amdsmi_exception = exc
-
-    MaxUIntegerTypes = enums.MaxUIntegerTypes
-    AmdSmiInitFlags = enums.AmdSmiInitFlags
-    AmdSmiProcessorType = enums.AmdSmiProcessorType
-    AmdSmiClkType = enums.AmdSmiClkType
-    AmdSmiTemperatureType = enums.AmdSmiTemperatureType
-    AmdSmiTemperatureMetric = enums.AmdSmiTemperatureMetric
-    AmdSmiMemoryType = enums.AmdSmiMemoryType
-    AmdSmiGpuBlock = enums.AmdSmiGpuBlock
-    AmdSmiRasErrState = enums.AmdSmiRasErrState
-    AmdSmiXgmiStatus = enums.AmdSmiXgmiStatus
-    AmdSmiMemoryPageStatus = enums.AmdSmiMemoryPageStatus
-    AmdSmiLinkType = enums.AmdSmiLinkType
-    AmdSmiEvtNotificationType = enums.AmdSmiEvtNotificationType
-    AmdSmiVramType = enums.AmdSmiVramType
-    AmdSmiVirtualizationMode = enums.AmdSmiVirtualizationMode
-    AmdSmiComputePartitionType = enums.AmdSmiComputePartitionType
-    AmdSmiMemoryPartitionType = enums.AmdSmiMemoryPartitionType
-    AmdSmiCperNotifyType = enums.AmdSmiCperNotifyType
-    AmdSmiFwBlock = enums.AmdSmiFwBlock
-
-    AmdSmiException = exc.AmdSmiException
-    AmdSmiLibraryException = exc.AmdSmiLibraryException
-    AmdSmiRetryException = exc.AmdSmiRetryException
-    AmdSmiTimeoutException = exc.AmdSmiTimeoutException
-    AmdSmiParameterException = exc.AmdSmiParameterException
-    AmdSmiKeyException = exc.AmdSmiKeyException
-    AmdSmiBdfFormatException = exc.AmdSmiBdfFormatException
 
     def __init__(self, node: SimNode) -> None:
         self.node = node

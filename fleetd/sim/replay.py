@@ -35,6 +35,7 @@ from typing import Any
 
 from fleetd.sim import enums, wrapper
 from fleetd.sim import exceptions as exc
+from fleetd.sim.surface import AmdSmiModuleSurface
 
 FORMAT = "fleetd-amdsmi-replay/1"
 READER = "AmdSmiEventReader"
@@ -284,7 +285,7 @@ class _Interface:
         return getattr(self._face, name)
 
 
-class ReplayAmdSmi:
+class ReplayAmdSmi(AmdSmiModuleSurface):
     """Stands in for the ``amdsmi`` module, serving a ``Recording``.
 
     The enum and exception classes and ``amdsmi_wrapper`` are the simulator's (the real
@@ -292,36 +293,6 @@ class ReplayAmdSmi:
     recording did not have (key → count); ``cpu_s`` is the CPU the replay itself spent
     (``time.thread_time`` of every call), so a benchmark can state it.
     """
-
-    amdsmi_wrapper = wrapper
-    amdsmi_exception = exc
-
-    MaxUIntegerTypes = enums.MaxUIntegerTypes
-    AmdSmiInitFlags = enums.AmdSmiInitFlags
-    AmdSmiProcessorType = enums.AmdSmiProcessorType
-    AmdSmiClkType = enums.AmdSmiClkType
-    AmdSmiTemperatureType = enums.AmdSmiTemperatureType
-    AmdSmiTemperatureMetric = enums.AmdSmiTemperatureMetric
-    AmdSmiMemoryType = enums.AmdSmiMemoryType
-    AmdSmiGpuBlock = enums.AmdSmiGpuBlock
-    AmdSmiRasErrState = enums.AmdSmiRasErrState
-    AmdSmiXgmiStatus = enums.AmdSmiXgmiStatus
-    AmdSmiMemoryPageStatus = enums.AmdSmiMemoryPageStatus
-    AmdSmiLinkType = enums.AmdSmiLinkType
-    AmdSmiEvtNotificationType = enums.AmdSmiEvtNotificationType
-    AmdSmiVramType = enums.AmdSmiVramType
-    AmdSmiVirtualizationMode = enums.AmdSmiVirtualizationMode
-    AmdSmiComputePartitionType = enums.AmdSmiComputePartitionType
-    AmdSmiMemoryPartitionType = enums.AmdSmiMemoryPartitionType
-    AmdSmiCperNotifyType = enums.AmdSmiCperNotifyType
-
-    AmdSmiException = exc.AmdSmiException
-    AmdSmiLibraryException = exc.AmdSmiLibraryException
-    AmdSmiRetryException = exc.AmdSmiRetryException
-    AmdSmiTimeoutException = exc.AmdSmiTimeoutException
-    AmdSmiParameterException = exc.AmdSmiParameterException
-    AmdSmiKeyException = exc.AmdSmiKeyException
-    AmdSmiBdfFormatException = exc.AmdSmiBdfFormatException
 
     def __init__(self, recording: Recording) -> None:
         self.recording = recording
