@@ -201,7 +201,7 @@ class Daemon:
         if remedy is not None:  # the headroom of a proactive validation: the rules' query
             remedy.attach_query(self.query)
         if remedy is not None:  # health says which GPUs remediation has out of service
-            self.service = ServiceWatch(lambda: out_of_service(remedy.status(), remedy.run))
+            self.service = ServiceWatch(lambda: out_of_service(remedy.holds(), remedy.run))
             self.engine.service = self.service
         self.handoff = Handoff(self.dispatcher, remedy, self._storage_down)
         self.reliability = build_reliability(

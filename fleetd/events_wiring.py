@@ -92,7 +92,7 @@ class EventWiring:
             remedy = daemon.remediation
             if remedy is None:
                 return False
-            return gpu in gpus_of(out_of_service(remedy.status(), remedy.run))
+            return gpu in gpus_of(out_of_service(remedy.holds(), remedy.run))
 
         def verified_since(gpu: int, since: float) -> str | None:
             remedy = daemon.remediation

@@ -24,9 +24,10 @@ log = get_logger("daemon")
 class SelfMetrics:
     """Publishes after every evaluation; refreshes the service view at every scrape.
 
-    The remediation and reliability (``kpi``) groups are read from the database (the
-    remediation journal, the lease, the runs' counts) and only /metrics shows them, so they
-    are computed at each scrape (``refresh_service_view``, which ``/metrics`` calls before it
+    The alert delivery, remediation and reliability (``kpi``) groups are read from the
+    database (the outbox's pending entries, the remediation journal, the lease, the runs'
+    counts) and only /metrics shows them (no rule reads them), so they are computed at each
+    scrape (``refresh_service_view``, which ``/metrics`` calls before it
     renders) rather than after every poll: the first ``publish`` computes them once, so the
     groups exist, in the same order, before the first scrape.
     """
@@ -71,9 +72,9 @@ class SelfMetrics:
         self._exporter.update_group("rules", health)
         self._exporter.update_group("store", storage)
         self._exporter.update_group("coverage", coverage)
-        self._update_group_from("alerts", self._dispatcher.metrics, now)
         if not self._scrape_groups_published:
             self._scrape_groups_published = True
+            self._update_group_from("alerts", self._dispatcher.metrics, now)
             if self._remediation is not None:
                 self._update_group_from("remediation", self._remediation.metrics, now)
             if self._kpi is not None:
@@ -83,18 +84,19 @@ class SelfMetrics:
     def refresh_service_view(self, now: float) -> None:
         """At scrape time, what remediation has out of service, as the API reads it: a drain
         or a reset that began since the last poll shows on /metrics at once, and the two never
-        disagree (the rules' verdict itself stays the last poll's); and the remediation and
-        reliability groups as they are now."""
+        disagree (the rules' verdict itself stays the last poll's); and the alert delivery,
+        remediation and reliability groups as they are now."""
         published = self._scrape_groups_published  # else the first poll has not published
+        if published:
+            self._update_group_from("alerts", self._dispatcher.metrics, now)
         if published and self._kpi is not None:
             self._update_group_from("kpi", self._kpi, now)
         remedy, health = self._remediation, self._engine.health()
         if remedy is None or health is None:
             return
         try:
-            status = remedy.status()
-            live = with_service(health, out_of_service(status, remedy.run))
-        except Exception as exc:  # the registry holding the lease may be unreachable
+            live = with_service(health, out_of_service(remedy.holds(), remedy.run))
+        except Exception as exc:  # the journal's database may be unreadable
             log.warning("service_view_stale", error=repr(exc))
             return
         self._exporter.update_group("rules", rule_readings(self._engine, now, health=live))

@@ -384,6 +384,7 @@ class CperReader:
             self._note("cursor_unreadable")
         gpus = saved.get("gpus") if saved.get("boot_id") == boot_id else None
         self._gpus: dict[str, dict[str, Any]] = gpus if isinstance(gpus, dict) else {}
+        self._unsaved = False  # a write failed: the next read writes, changed or not
 
     def read(self, gpu: str, handle: Any, now: float) -> CperBatch:
         """New records of ``gpu`` (its partition-0 ``handle``) since the last read."""
@@ -423,8 +424,10 @@ class CperReader:
         else:
             self._note("more_data_left", gpu=gpu)
         if batch.status == "ok":
-            self._gpus[gpu] = {"cursor": cursor, "primed": True, "seen": seen[-MAX_SEEN:]}
-            self._save(gpu)
+            new_state = {"cursor": cursor, "primed": True, "seen": seen[-MAX_SEEN:]}
+            if new_state != self._gpus.get(gpu) or self._unsaved:  # a cursor at rest: no write
+                self._gpus[gpu] = new_state
+                self._save(gpu)
         for record in batch.records:
             self.tally.counts[f"records.{record.severity}"] += 1
             if record.stale:
@@ -446,10 +449,14 @@ class CperReader:
         return _replace(record, stale=reason is not None, stale_reason=reason)
 
     def _save(self, gpu: str) -> None:
+        """Write the cursors (fsynced: once per change, never once per read)."""
         try:
             self.state.save({"version": 1, "boot_id": self.boot_id, "gpus": self._gpus})
         except OSError as exc:
+            self._unsaved = True  # written again at the next read, changed or not
             self._note("cursor_write_failed", gpu=gpu, error=exc.strerror or str(exc))
+        else:
+            self._unsaved = False
 
     def _note(self, kind: str, **context: Any) -> None:
         if self.tally.note(kind):

@@ -135,10 +135,21 @@ class PauseState:
 
 
 class RunJournal:
-    """Runs and their events in the node's database; one writer (this node's daemon)."""
+    """Runs and their events in the node's database; one writer (this node's daemon).
+
+    Being the only writer, it keeps what every evaluation asks (the runs holding GPUs, the
+    pause switch) in memory between its own writes: each write moves ``_generation`` on
+    after it ends, and a read made while a write ran is not kept."""
 
     def __init__(self, db: Database) -> None:
         self._db = db
+        self._generation = 0
+        self._holding: dict[str, tuple[int, tuple[Run, ...]]] = {}
+        self._pause: dict[str, tuple[int, PauseState]] = {}
+
+    def _written(self) -> None:
+        """A write ended (committed or not): what was kept is read afresh."""
+        self._generation += 1
 
     # ---- writes ------------------------------------------------------------------------
     def save(
@@ -163,15 +174,18 @@ class RunJournal:
             "updated_at": run.entered_at,
             "data": json.dumps(run_to_dict(run), separators=(",", ":")),
         }
-        with self._db.begin() as conn:
-            last = conn.execute(
-                select(runs_table.c.last_seq).where(runs_table.c.run_id == run.run_id)
-            ).scalar_one_or_none()
-            seq = max([last or 0, *(e.seq for e in events)])
-            upsert(conn, runs_table, {"run_id": run.run_id}, {"last_seq": seq, **row})
-            self._insert_events(conn, events)
-            if also is not None:
-                also(conn)
+        try:
+            with self._db.begin() as conn:
+                last = conn.execute(
+                    select(runs_table.c.last_seq).where(runs_table.c.run_id == run.run_id)
+                ).scalar_one_or_none()
+                seq = max([last or 0, *(e.seq for e in events)])
+                upsert(conn, runs_table, {"run_id": run.run_id}, {"last_seq": seq, **row})
+                self._insert_events(conn, events)
+                if also is not None:
+                    also(conn)
+        finally:
+            self._written()
 
     def append_events(self, events: Sequence[RemediationEvent]) -> None:
         """Append events that change no run (node-level, or a note on a finished run)."""
@@ -241,12 +255,20 @@ class RunJournal:
         )
 
     def holding(self, node: str) -> list[Run]:
-        """Finished runs that still hold GPUs out of service (quarantined, drained, …)."""
-        return self._runs(
+        """Finished runs that still hold GPUs out of service (quarantined, drained, …); read
+        every evaluation, so kept between this journal's writes."""
+        generation = self._generation
+        kept = self._holding.get(node)
+        if kept is not None and kept[0] == generation:
+            return list(kept[1])
+        runs = self._runs(
             select(runs_table.c.data)
             .where(runs_table.c.node == node, runs_table.c.holding.is_(True))
             .order_by(runs_table.c.created_at, runs_table.c.run_id)
         )
+        if self._generation == generation:  # no write ended meanwhile
+            self._holding[node] = (generation, tuple(runs))
+        return runs
 
     def runs(self, node: str, *, since: float | None = None, limit: int = 200) -> list[Run]:
         """Runs of ``node`` created at or after ``since``, newest first."""
@@ -328,17 +350,30 @@ class RunJournal:
 
     # ---- pause switch --------------------------------------------------------------------
     def pause_state(self, node: str) -> PauseState:
+        """The pause switch of ``node`` (kept between this journal's writes, as ``holding``)."""
+        generation = self._generation
+        kept = self._pause.get(node)
+        if kept is not None and kept[0] == generation:
+            return kept[1]
         with self._db.read() as conn:
             row = (
                 conn.execute(select(control_table).where(control_table.c.node == node))
                 .mappings()
                 .first()
             )
-        if row is None:
-            return PauseState(False)
-        return PauseState(bool(row["paused"]), row["by"], row["reason"], row["at"])
+        state = (
+            PauseState(False)
+            if row is None
+            else PauseState(bool(row["paused"]), row["by"], row["reason"], row["at"])
+        )
+        if self._generation == generation:
+            self._pause[node] = (generation, state)
+        return state
 
     def set_paused(self, node: str, state: PauseState) -> None:
         values = {"paused": state.paused, "by": state.by, "reason": state.reason, "at": state.at}
-        with self._db.begin() as conn:
-            upsert(conn, control_table, {"node": node}, values)
+        try:
+            with self._db.begin() as conn:
+                upsert(conn, control_table, {"node": node}, values)
+        finally:
+            self._written()

@@ -72,6 +72,16 @@ class HeldGpus:
 
 
 @dataclass(frozen=True, slots=True)
+class RemediationHolds:
+    """The runs that hold GPUs or may take them out: what the rules' service view needs of
+    ``RemediationStatus`` every evaluation, read without the lease (which may live in the
+    fleet registry)."""
+
+    active: tuple[m.Run, ...]
+    held: tuple[HeldGpus, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class EvidenceFile:
     """One evidence bundle as the API serves it; ``sha256`` is the digest journaled when it
     was written (a copy that differs was changed since)."""
@@ -509,6 +519,22 @@ class Remediation:
     def status(self) -> RemediationStatus:
         """What runs and what is held, read without waiting for a step in progress (the API,
         the fleet heartbeat and /metrics must answer while a drain takes minutes)."""
+        holds = self.holds()
+        return RemediationStatus(
+            node=self.node,
+            mode=self.config.mode,
+            paused=self._journal.pause_state(self.node),
+            breaker=self._lease.breaker(),
+            lease_scope=self._lease.scope,
+            gpus_out_of_service=self._lease.out_of_service(),
+            active=holds.active,
+            held=holds.held,
+        )
+
+    def holds(self) -> RemediationHolds:
+        """The active runs and the GPUs finished runs hold, as ``status`` has them, without
+        reading the lease: the rules' service view asks every evaluation, and the journal
+        answers it from memory between its writes."""
         held = tuple(
             HeldGpus(
                 r.run_id,
@@ -520,16 +546,7 @@ class Remediation:
             )
             for r in self._journal.holding(self.node)
         )
-        return RemediationStatus(
-            node=self.node,
-            mode=self.config.mode,
-            paused=self._journal.pause_state(self.node),
-            breaker=self._lease.breaker(),
-            lease_scope=self._lease.scope,
-            gpus_out_of_service=self._lease.out_of_service(),
-            active=tuple(self.executor.active()),
-            held=held,
-        )
+        return RemediationHolds(active=tuple(self.executor.active()), held=held)
 
     # ---- the readmission benchmark ------------------------------------------------------
     def baselines(self) -> list[Baseline]:

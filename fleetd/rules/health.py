@@ -57,7 +57,7 @@ from fleetd.rules.state import AlertEntry
 
 if TYPE_CHECKING:  # remediation's types, read by structure only: no import at run time
     from fleetd.remedy.machine import Run
-    from fleetd.remedy.service import RemediationStatus
+    from fleetd.remedy.service import RemediationHolds, RemediationStatus
 
 GPU_UP_METRIC = "fleetd_gpu_up"
 GPU_INFO_METRIC = "fleetd_gpu_info"
@@ -275,9 +275,10 @@ def with_service(report: NodeHealth, service: ServiceMap) -> NodeHealth:
 
 
 def out_of_service(
-    status: RemediationStatus, lookup: Callable[[str], Run | None] | None = None
+    status: RemediationStatus | RemediationHolds,
+    lookup: Callable[[str], Run | None] | None = None,
 ) -> dict[str, OutOfService]:
-    """The GPUs remediation has out of service, from ``Remediation.status()``.
+    """The GPUs remediation has out of service, from ``Remediation.status()`` or ``holds()``.
 
     Held GPUs (quarantined, drained, or left out by a cancelled or aborted run) are out until
     an undrain completes; an undrain under way does not put them back early. A run in

@@ -248,6 +248,52 @@ def test_a_cursor_reset_does_not_repeat_records(tmp_path: Path) -> None:
     assert r.tally["repeat_dropped"] == 3
 
 
+def test_the_cursor_is_written_when_it_moves_not_at_every_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each write is fsynced: an idle ring read every few seconds must not write at all."""
+    smi = FakeAmdSmi()
+    smi.add(2)
+    r = reader(tmp_path, smi)
+    writes: list[dict[str, Any]] = []
+    real_save = r.state.save
+
+    def counted(data: dict[str, Any]) -> None:
+        writes.append(json.loads(json.dumps(data)))
+        real_save(data)
+
+    monkeypatch.setattr(r.state, "save", counted)
+    r.read(GPU, object(), NOW)
+    for i in range(5):
+        assert r.read(GPU, object(), NOW + 1 + i).records == []
+    assert len(writes) == 1 and writes[0]["gpus"][GPU]["cursor"] == 2
+    smi.add(1)
+    r.read(GPU, object(), NOW + 10)
+    assert len(writes) == 2 and writes[1]["gpus"][GPU]["cursor"] == 3
+
+
+def test_a_cursor_write_that_failed_is_written_at_the_next_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    smi = FakeAmdSmi()
+    smi.add(1)
+    r = reader(tmp_path, smi)
+    real_save = r.state.save
+    failing = [True]
+
+    def flaky(data: dict[str, Any]) -> None:
+        if failing[0]:
+            raise OSError(28, "No space left on device")
+        real_save(data)
+
+    monkeypatch.setattr(r.state, "save", flaky)
+    r.read(GPU, object(), NOW)
+    assert r.tally["cursor_write_failed"] == 1 and not (tmp_path / CURSOR_FILE).exists()
+    failing[0] = False
+    assert r.read(GPU, object(), NOW + 1).records == []  # nothing new, but the write is owed
+    assert json.loads((tmp_path / CURSOR_FILE).read_text())["gpus"][GPU]["cursor"] == 1
+
+
 def test_an_unreadable_cursor_file_starts_afresh(tmp_path: Path) -> None:
     (tmp_path / CURSOR_FILE).write_text("[1, 2")
     smi = FakeAmdSmi()

@@ -90,3 +90,43 @@ def test_pause_switch(db: Database) -> None:
     journal.set_paused("n", PauseState(False, "alice", "done", NOW + 1))
     assert not journal.pause_state("n").paused
     assert not journal.pause_state("other").paused
+
+
+def test_what_every_evaluation_reads_follows_each_write_and_a_failed_one(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``holding`` and ``pause_state`` are kept between the journal's own writes: each write,
+    committed or not, is seen by the next read, and reads in between do not query."""
+    journal = RunJournal(db)
+    run, _ = new_run()
+    assert journal.holding("node-a") == [] and not journal.pause_state("node-a").paused
+    held = replace(run, state=m.RunState.QUARANTINED, holding=True, entered_at=NOW + 9)
+    journal.save(held)
+    assert journal.holding("node-a") == [held]
+    journal.set_paused("node-a", PauseState(True, "ops", "maintenance", NOW))
+    assert journal.pause_state("node-a") == PauseState(True, "ops", "maintenance", NOW)
+    assert journal.holding("node-a") == [held]  # read again after the pause was written
+    queries: list[str] = []
+    real_read = db.read
+
+    def counted_read(*args: object, **kwargs: object) -> object:
+        queries.append("read")
+        return real_read(*args, **kwargs)
+
+    monkeypatch.setattr(db, "read", counted_read)
+    for _ in range(3):
+        assert journal.holding("node-a") == [held] and journal.pause_state("node-a").paused
+    assert queries == []
+    released = replace(held, holding=False, entered_at=NOW + 20)
+    real_begin = db.begin
+
+    def failing_begin(*args: object, **kwargs: object) -> object:
+        raise RuntimeError("disk gone")
+
+    monkeypatch.setattr(db, "begin", failing_begin)
+    with pytest.raises(RuntimeError):
+        journal.save(released)
+    assert journal.holding("node-a") == [held] and queries == ["read"]  # read again: unchanged
+    monkeypatch.setattr(db, "begin", real_begin)
+    journal.save(released)
+    assert journal.holding("node-a") == [] and journal.holding("node-b") == []
