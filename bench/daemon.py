@@ -1,14 +1,15 @@
 """The whole daemon's own cost per tick, over the replay backend and over the simulator, with
 prometheus-node-exporter measured side by side in the same window.
 
-Two daemons run at once, each in its own process, polling 8 MI355X GPUs every second with
-everything on — poll, rules, SQLite store, alert delivery, remediation ticks (dry-run), the
-event sources, and HTTP: /metrics and /api/v1/status are fetched every 5 s. One reads a
-recording of the simulator (fleetd.sim.replay: answers served at near-zero cost, the shipped
-recording fleetd/data/replay/mi355x-healthy.json.gz), the other the live simulator (whose own
-CPU is included). ``prometheus-node-exporter`` runs beside them and is scraped at the same
-cadence. After a warm-up each process's CPU time is read from /proc/PID/stat over the same
-measuring window, with RSS at its end.
+Two daemons run one after the other, each in its own process, polling 8 MI355X GPUs every
+second with everything on — poll, rules, SQLite store, alert delivery, remediation ticks
+(dry-run), the event sources, and HTTP: /metrics and /api/v1/status are fetched every 5 s.
+One reads a recording of the simulator (fleetd.sim.replay: answers served at near-zero cost,
+the shipped recording fleetd/data/replay/mi355x-healthy.json.gz), the other the live
+simulator (whose own CPU is included). ``prometheus-node-exporter`` runs beside each and is
+scraped at the same cadence. After a warm-up each process's CPU time is read from
+/proc/PID/stat over the same measuring window, with RSS at its end. (Run at once, the two
+daemons competed for the two cores and each figure rose by a third.)
 
 Figures: ``replay.cpu_ms_per_tick`` (the whole replay daemon process), ``replay.own_cpu_ms_
 per_tick`` (less the CPU the replay itself spent serving answers, which it measures with
@@ -206,7 +207,64 @@ class Child:
             self.proc.kill()
 
 
+def measure_window(
+    daemon: Child, exporter: subprocess.Popen[bytes], exporter_url: str, warmup_s: float,
+    measure_s: float,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One daemon and node_exporter over the same window, each scraped every SCRAPE_S (the
+    daemon's /api/v1/status too): the daemon's figures and node_exporter's."""
+    wait_http(daemon.metrics_url, daemon.proc)
+    time.sleep(warmup_s)
+    cpu0 = cpu_seconds(daemon.proc.pid)
+    stats0 = daemon.stats_now()
+    polls0 = metric(fetch(daemon.metrics_url), "fleetd_polls_total")
+    exporter_cpu0 = cpu_seconds(exporter.pid)
+    t0 = time.monotonic()
+    scrapes = 0
+    ne_text = text = ""
+    while True:
+        ne_text = fetch(exporter_url)
+        text = fetch(daemon.metrics_url)
+        fetch(daemon.status_url)
+        scrapes += 1
+        next_at = t0 + scrapes * SCRAPE_S
+        if next_at - t0 > measure_s:
+            break
+        time.sleep(max(0.0, next_at - time.monotonic()))
+    elapsed = time.monotonic() - t0
+    exporter_cpu = cpu_seconds(exporter.pid) - exporter_cpu0
+    cpu = cpu_seconds(daemon.proc.pid) - cpu0
+    stats1 = daemon.stats_now()
+    last = fetch(daemon.metrics_url)
+    ticks = metric(last, "fleetd_polls_total") - polls0
+    figures: dict[str, Any] = {
+        "ticks": int(ticks),
+        "measure_s": round(elapsed, 1),
+        "cpu_ms_per_tick": round(1000 * cpu / ticks, 2),
+        "cpu_percent_of_one_core": round(100 * cpu / elapsed, 2),
+        "rss_mb": round(rss_mb(daemon.proc.pid), 1),
+        "series": series(text),
+        "polls_missed": metric(last, "fleetd_polls_missed_total"),
+    }
+    if daemon.kind == "replay":
+        replay_cpu = stats1["replay_cpu_s"] - stats0["replay_cpu_s"]
+        figures["replay_cpu_ms_per_tick"] = round(1000 * replay_cpu / ticks, 3)
+        figures["own_cpu_ms_per_tick"] = round(1000 * (cpu - replay_cpu) / ticks, 2)
+        figures["replay_misses"] = stats1["replay_misses"]
+        if stats1["replay_missed_keys"]:
+            figures["replay_missed_keys"] = stats1["replay_missed_keys"]
+    ne = {
+        "scrapes": scrapes,
+        "cpu_ms_per_scrape": round(1000 * exporter_cpu / scrapes, 2),
+        "series": series(ne_text),
+        "rss_mb": round(rss_mb(exporter.pid), 1),
+    }
+    return figures, ne
+
+
 def side_by_side(warmup_s: float, measure_s: float) -> dict[str, Any]:
+    """The replay daemon beside node_exporter, then the simulator daemon beside it: one
+    daemon at a time, so neither competes with the other for the two cores."""
     tmp = Path(tempfile.mkdtemp(prefix="fleetd-bench-daemon-"))
     exporter_port = free_port()
     exporter = subprocess.Popen(
@@ -215,89 +273,42 @@ def side_by_side(warmup_s: float, measure_s: float) -> dict[str, Any]:
         stderr=subprocess.DEVNULL,
     )
     exporter_url = f"http://127.0.0.1:{exporter_port}/metrics"
-    daemons = [Child("replay", tmp), Child("simulator", tmp)]
     try:
         wait_http(exporter_url, exporter)
-        for d in daemons:
-            wait_http(d.metrics_url, d.proc)
-        time.sleep(warmup_s)
-        start: dict[str, Any] = {}
-        for d in daemons:
-            start[d.kind] = (
-                cpu_seconds(d.proc.pid),
-                d.stats_now(),
-                metric(fetch(d.metrics_url), "fleetd_polls_total"),
-            )
-        exporter_cpu0 = cpu_seconds(exporter.pid)
-        t0 = time.monotonic()
-        scrapes = 0
-        ne_text = ""
-        texts: dict[str, str] = {}
-        while True:
-            ne_text = fetch(exporter_url)
-            for d in daemons:
-                texts[d.kind] = fetch(d.metrics_url)
-                fetch(d.status_url)
-            scrapes += 1
-            next_at = t0 + scrapes * SCRAPE_S
-            if next_at - t0 > measure_s:
-                break
-            time.sleep(max(0.0, next_at - time.monotonic()))
-        elapsed = time.monotonic() - t0
-        exporter_cpu = cpu_seconds(exporter.pid) - exporter_cpu0
         result: dict[str, Any] = {}
-        for d in daemons:
-            cpu0, stats0, polls0 = start[d.kind]
-            cpu = cpu_seconds(d.proc.pid) - cpu0
-            stats1 = d.stats_now()
-            text = fetch(d.metrics_url)
-            ticks = metric(text, "fleetd_polls_total") - polls0
-            figures: dict[str, Any] = {
-                "ticks": int(ticks),
-                "cpu_ms_per_tick": round(1000 * cpu / ticks, 2),
-                "cpu_percent_of_one_core": round(100 * cpu / elapsed, 2),
-                "rss_mb": round(rss_mb(d.proc.pid), 1),
-                "series": series(texts[d.kind]),
-                "polls_missed": metric(text, "fleetd_polls_missed_total"),
-            }
-            if d.kind == "replay":
-                replay_cpu = stats1["replay_cpu_s"] - stats0["replay_cpu_s"]
-                figures["replay_cpu_ms_per_tick"] = round(1000 * replay_cpu / ticks, 3)
-                figures["own_cpu_ms_per_tick"] = round(1000 * (cpu - replay_cpu) / ticks, 2)
-                figures["replay_misses"] = stats1["replay_misses"]
-                if stats1["replay_missed_keys"]:
-                    figures["replay_missed_keys"] = stats1["replay_missed_keys"]
-            result[d.kind] = figures
-        ne = {
-            "scrapes": scrapes,
-            "cpu_ms_per_scrape": round(1000 * exporter_cpu / scrapes, 2),
-            "series": series(ne_text),
-            "rss_mb": round(rss_mb(exporter.pid), 1),
-        }
+        ne: dict[str, Any] = {}
+        for kind in ("replay", "simulator"):
+            daemon = Child(kind, tmp)
+            try:
+                result[kind], ne[kind] = measure_window(
+                    daemon, exporter, exporter_url, warmup_s, measure_s
+                )
+            finally:
+                daemon.stop()
         own = result["replay"]["own_cpu_ms_per_tick"]
+        beside = ne["replay"]
         own_per_series = own / result["replay"]["series"]
-        ne_per_series = ne["cpu_ms_per_scrape"] / ne["series"]
+        ne_per_series = beside["cpu_ms_per_scrape"] / beside["series"]
         return {
             "bench": "daemon",
             "gpus": GPUS,
             "poll_interval_s": 1.0,
             "scrape_interval_s": SCRAPE_S,
-            "measure_s": round(elapsed, 1),
             "replay": result["replay"],
             "simulator": result["simulator"],
-            "node_exporter": ne,
+            "node_exporter": beside,
+            "node_exporter_beside_simulator": ne["simulator"],
             "own_cpu_per_tick_over_node_exporter_cpu_per_scrape": round(
-                own / ne["cpu_ms_per_scrape"], 2
+                own / beside["cpu_ms_per_scrape"], 2
             ),
             "per_series_ratio": round(own_per_series / ne_per_series, 3),
             "note": "replay.own_cpu_ms_per_tick = the replay daemon's process CPU per 1 s tick "
             "(poll, rules, store, alerts, remediation, events, HTTP: /metrics and "
             "/api/v1/status every 5 s) less the replay's own CPU; simulator.cpu_ms_per_tick "
-            "includes the simulator; node_exporter scraped every 5 s in the same window",
+            "includes the simulator; node_exporter scraped every 5 s in the same window as "
+            "each daemon; the two daemons run one after the other",
         }
     finally:
-        for d in daemons:
-            d.stop()
         exporter.terminate()
         exporter.wait(timeout=30)
         shutil.rmtree(tmp, ignore_errors=True)
