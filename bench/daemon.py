@@ -155,6 +155,8 @@ def child(kind: str, state: Path, port: int, stats: Path) -> None:
     faulthandler.enable()
     try:
         daemon.start()
+        gc.collect()  # as fleetd run does
+        gc.freeze()
         daemon.run_until_stopped()
     finally:
         daemon.stop()
