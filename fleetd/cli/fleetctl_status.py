@@ -22,7 +22,6 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import click
@@ -438,13 +437,7 @@ def status_command(
     watch: bool,
     interval: float,
     count: int | None,
-    inventory: Path | None,
-    db: str | None,
-    timeout: float,
-    token_file: Path | None,
-    ca_file: str | None,
-    colour: bool | None,
-    stale_after: float,
+    **kw: Any,
 ) -> None:
     """Health of every node (or, with NODE, of each of its GPUs).
 
@@ -457,7 +450,7 @@ def status_command(
          (drained, in a remediation run, quarantined or held)
       0  every GPU is in service and healthy
     """
-    fleet = make_fleet(inventory, db, timeout, token_file, ca_file, colour, stale_after)
+    fleet = make_fleet(**kw)  # the fleet_options
     if not watch:
         text, code = once(fleet, node, as_json, partitions)
         fleet.echo(text)

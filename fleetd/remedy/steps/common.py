@@ -40,6 +40,13 @@ def workers_in(run: Run, *phases: WorkerPhase) -> list[str]:
     return [w.name for w in run.workers if w.phase in phases]
 
 
+def awaited(run: Run, worker: str, *phases: WorkerPhase) -> bool:
+    """Whether ``worker`` is one of the run's and in one of ``phases`` (an answer for a
+    worker that has moved on, or was never the run's, is ignored)."""
+    w = run.worker(worker)
+    return w is not None and w.phase in phases
+
+
 def all_in(run: Run, *phases: WorkerPhase) -> bool:
     return all(w.phase in phases for w in run.workers)
 

@@ -23,6 +23,7 @@ from fleetd.remedy.steps.common import (
     add_evidence,
     after,
     all_in,
+    awaited,
     enter,
     name_list,
     set_worker,
@@ -56,8 +57,7 @@ def start_readmitting(run: Run, now: float) -> Step:
 
 def on_starting(run: Run, event: Event, now: float) -> Step:
     if isinstance(event, StartResult):
-        w = run.worker(event.worker)
-        if w is None or w.phase is not WorkerPhase.STARTING:
+        if not awaited(run, event.worker, WorkerPhase.STARTING):
             return run, []
         run, cmds = worker_outcome(
             run,
@@ -134,8 +134,7 @@ def _conclude_readmission(run: Run, now: float) -> Step:
 def on_await_ready(run: Run, event: Event, now: float) -> Step:
     s = run.settings
     if isinstance(event, ReadyResult):
-        w = run.worker(event.worker)
-        if w is None or w.phase is not WorkerPhase.STARTED:
+        if not awaited(run, event.worker, WorkerPhase.STARTED):
             return run, []
         if not event.ready:
             run = set_worker(run, event.worker, detail=event.detail)
@@ -154,8 +153,7 @@ def on_await_ready(run: Run, event: Event, now: float) -> Step:
             cmds.append(Record("worker_benchmark", f"{event.worker}: {event.benchmark}"))
         return run, [*cmds, Reroute(event.worker)]
     if isinstance(event, RerouteResult):
-        w = run.worker(event.worker)
-        if w is None or w.phase is not WorkerPhase.READY:
+        if not awaited(run, event.worker, WorkerPhase.READY):
             return run, []
         run, cmds = worker_outcome(
             run,
