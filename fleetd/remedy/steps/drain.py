@@ -228,8 +228,7 @@ def on_stopping(run: Run, event: Event, now: float) -> Step:
             return run, []
         run, cmds = worker_outcome(
             run,
-            event.worker,
-            event.error,
+            event,
             done=(
                 WorkerPhase.STOPPED,
                 "worker_stopped",

@@ -61,8 +61,7 @@ def on_starting(run: Run, event: Event, now: float) -> Step:
             return run, []
         run, cmds = worker_outcome(
             run,
-            event.worker,
-            event.error,
+            event,
             done=(WorkerPhase.STARTED, "worker_started", f"{event.worker} started"),
             failed=(WorkerPhase.FAILED, "worker_start_failed", f"{event.worker}: {event.error}"),
             evidence=f"starting {event.worker} failed: {event.error}",
@@ -157,8 +156,7 @@ def on_await_ready(run: Run, event: Event, now: float) -> Step:
             return run, []
         run, cmds = worker_outcome(
             run,
-            event.worker,
-            event.error,
+            event,
             done=(WorkerPhase.REROUTED, "worker_rerouted", f"{event.worker} back in rotation"),
             failed=(
                 WorkerPhase.FAILED,

@@ -154,8 +154,7 @@ def on_rolling_back(run: Run, event: Event, now: float) -> Step:
             return run, []
         run, cmds = worker_outcome(
             run,
-            event.worker,
-            event.error,
+            event,
             done=(WorkerPhase.SERVING, "worker_rerouted", f"{event.worker} back in rotation"),
             failed=(WorkerPhase.FAILED, "worker_reroute_failed", f"{event.worker}: {event.error}"),
             evidence=f"putting {event.worker} back failed: {event.error}",
