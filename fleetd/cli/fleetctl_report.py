@@ -23,19 +23,9 @@ from fleetd.cli.fleetctl_context import EXIT_OK, EXIT_UNREACHABLE, Fleet, fleet_
 from fleetd.cli.fleetctl_fleet import _need_db
 from fleetd.cli.fleetctl_http import fan_out
 from fleetd.cli.fleetctl_render import Cell, Column, age, clock, render_table
+from fleetd.remedy.kpi_labels import STAGES
 
 REPORT_PATH = "/api/v1/report"
-STAGES = (
-    "queued",
-    "drain",
-    "capture",
-    "reset",
-    "verify",
-    "validate",
-    "worker_start",
-    "back_in_rotation",
-)  # fleetd.remedy.kpi.STAGES (not imported: fleetctl stays light)
-VERDICTS = ("fault_found", "nothing_found", "recurred")
 
 
 # ------------------------------------------------------------------------------- combining
