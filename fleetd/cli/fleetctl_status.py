@@ -36,6 +36,7 @@ from fleetd.cli.fleetctl_context import (
     Unreachable,
     fleet_options,
     make_fleet,
+    registry_reader,
 )
 from fleetd.cli.fleetctl_http import Reply, fan_out, request
 from fleetd.cli.fleetctl_render import (
@@ -107,17 +108,10 @@ def rows_from_agents(fleet: Fleet) -> list[FleetRow]:
 
 
 def rows_from_registry(fleet: Fleet, now: float) -> tuple[list[FleetRow], list[str]]:
-    from fleetd.registry.reader import RegistryError, RegistryReader
-
     assert fleet.db is not None
-    reader = RegistryReader(fleet.db, timeout=fleet.timeout)
-    try:
+    with registry_reader(fleet.db, fleet.timeout) as reader:
         nodes = reader.fleet(now, stale_after=fleet.stale_after)
         limits = reader.limits()
-    except RegistryError as exc:
-        raise Unreachable(str(exc)) from None
-    finally:
-        reader.close()
     rows = [
         FleetRow(
             n.summary.node,
