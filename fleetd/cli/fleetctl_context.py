@@ -14,10 +14,10 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 import click
@@ -54,19 +54,32 @@ class Unreachable(Fail):
     exit_code = EXIT_UNREACHABLE
 
 
-@contextmanager
-def registry_reader(url: str, timeout: float) -> Iterator[RegistryReader]:
-    """A reader of the fleet registry at ``url``, closed after; what it cannot read is
-    ``Unreachable``."""
-    from fleetd.registry.reader import RegistryError, RegistryReader
+class _Closing(Protocol):
+    def close(self) -> None: ...
 
-    reader = RegistryReader(url, timeout=timeout)
+
+C = TypeVar("C", bound=_Closing)
+
+
+@contextmanager
+def registry_session(opened: C) -> Iterator[C]:
+    """``opened`` (a reader or book of the fleet registry), closed after; what the registry
+    cannot read or write is ``Unreachable``."""
+    from fleetd.registry.reader import RegistryError
+
     try:
-        yield reader
+        yield opened
     except RegistryError as exc:
         raise Unreachable(str(exc)) from None
     finally:
-        reader.close()
+        opened.close()
+
+
+def registry_reader(url: str, timeout: float) -> AbstractContextManager[RegistryReader]:
+    """A reader of the fleet registry at ``url`` (``registry_session``)."""
+    from fleetd.registry.reader import RegistryReader
+
+    return registry_session(RegistryReader(url, timeout=timeout))
 
 
 @dataclass

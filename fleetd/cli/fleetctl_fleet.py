@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -25,6 +25,7 @@ from fleetd.cli.fleetctl_context import (
     Fleet,
     Unreachable,
     registry_reader,
+    registry_session,
 )
 from fleetd.cli.fleetctl_render import Cell, Column, age, clock, number, render_table
 
@@ -45,23 +46,15 @@ def _need_db(fleet: Fleet, what: str) -> str:
     return fleet.db
 
 
-@contextmanager
-def registry_book(kind: type[B], fleet: Fleet, what: str) -> Iterator[B]:
+def registry_book(kind: type[B], fleet: Fleet, what: str) -> AbstractContextManager[B]:
     """A book of the fleet registry (``--db``; ``what`` names what lives there when it is
-    missing), closed after: a malformed URL, a missing driver or a registry that cannot be
-    read or written is ``Unreachable``."""
-    from fleetd.registry.reader import RegistryError
-
+    missing) as a ``registry_session``; a malformed URL or a missing driver is
+    ``Unreachable`` too."""
     try:
         book = kind(_need_db(fleet, what), timeout=fleet.timeout)
     except Exception as exc:  # a malformed URL, a missing driver
         raise Unreachable(str(exc)) from None
-    try:
-        yield book
-    except RegistryError as exc:
-        raise Unreachable(str(exc)) from None
-    finally:
-        book.close()
+    return registry_session(book)
 
 
 def _silences(fleet: Fleet, what: str) -> AbstractContextManager[FleetSilenceBook]:
