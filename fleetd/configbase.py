@@ -655,6 +655,14 @@ def end_problem(text: str, filename: str) -> Problem | None:
     )
 
 
+def read_whole(path: str | Path) -> tuple[str, list[Problem]]:
+    """``read_text``, and the problem of a file cut short (``end_problem``) if it is: the
+    caller reports it with every problem it finds in the text."""
+    text = read_text(path)
+    end = end_problem(text, str(path))
+    return text, [] if end is None else [end]
+
+
 def load_file(
     model: type[M], path: str | Path, *, required: Sequence[Path_] = (), top: str = ""
 ) -> M:
@@ -666,11 +674,7 @@ def load_file(
     document that is not a mapping says so in those words.
     """
     filename = str(path)
-    text = read_text(path)
-    problems: list[Problem] = []
-    end = end_problem(text, filename)
-    if end is not None:
-        problems.append(end)
+    text, problems = read_whole(path)
     try:
         data, marks = load_yaml(text, filename)
     except ConfigError as exc:

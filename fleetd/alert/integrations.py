@@ -76,8 +76,30 @@ def _limiter(kind: str, configured: RateLimitConfig | None) -> TokenBucket | Non
     return None if default is None else TokenBucket(default[0], default[1])
 
 
-def _secrets(*values: Secret | None) -> tuple[Secret, ...]:
-    return tuple(v for v in values if v is not None)
+def _integration(
+    receiver: str,
+    kind: str,
+    index: int,
+    notifier: Notifier,
+    delivery: tuple[bool, bool],
+    rate_limit: RateLimitConfig | None,
+    *secrets: Secret | None,
+    **sync: float,
+) -> Integration:
+    """One integration: ``delivery`` is (send_resolved, send_changes); ``sync`` the sync-mode
+    timings (``resend_interval``, ``resolved_retention``)."""
+    send_resolved, send_changes = delivery
+    return Integration(
+        receiver,
+        kind,
+        index,
+        notifier,
+        send_resolved,
+        send_changes,
+        _limiter(kind, rate_limit),
+        tuple(v for v in secrets if v is not None),
+        **sync,
+    )
 
 
 def build_integrations(
@@ -90,87 +112,59 @@ def build_integrations(
     """Every receiver's integrations, by receiver name."""
     out: dict[str, list[Integration]] = {}
     for receiver in config.receivers:
-        items: list[Integration] = []
         name = receiver.name
+        items: list[Integration] = []
         for i, pd in enumerate(receiver.pagerduty):
-            notifier = PagerDutyNotifier(pd, session, source=node, external_url=config.external_url)
+            notifier: Notifier = PagerDutyNotifier(
+                pd, session, source=node, external_url=config.external_url
+            )
+            delivery = (pd.send_resolved, pd.send_changes)
             items.append(
-                Integration(
-                    name,
-                    "pagerduty",
-                    i,
-                    notifier,
-                    pd.send_resolved,
-                    pd.send_changes,
-                    _limiter("pagerduty", pd.rate_limit),
-                    _secrets(pd.routing_key),
+                _integration(
+                    name, "pagerduty", i, notifier, delivery, pd.rate_limit, pd.routing_key
                 )
             )
         for i, sl in enumerate(receiver.slack):
+            notifier = SlackNotifier(sl, session)
+            delivery = (sl.send_resolved, sl.send_changes)
+            secrets = (sl.webhook_url, sl.bot_token)
             items.append(
-                Integration(
-                    name,
-                    "slack",
-                    i,
-                    SlackNotifier(sl, session),
-                    sl.send_resolved,
-                    sl.send_changes,
-                    _limiter("slack", sl.rate_limit),
-                    _secrets(sl.webhook_url, sl.bot_token),
-                )
+                _integration(name, "slack", i, notifier, delivery, sl.rate_limit, *secrets)
             )
         for i, wh in enumerate(receiver.webhook):
+            notifier = WebhookNotifier(wh, session)
+            delivery = (wh.send_resolved, wh.send_changes)
             items.append(
-                Integration(
-                    name,
-                    "webhook",
-                    i,
-                    WebhookNotifier(wh, session),
-                    wh.send_resolved,
-                    wh.send_changes,
-                    _limiter("webhook", wh.rate_limit),
-                    _secrets(wh.url),
-                )
+                _integration(name, "webhook", i, notifier, delivery, wh.rate_limit, wh.url)
             )
         for i, am in enumerate(receiver.alertmanager):
+            # a sync integration mirrors alerts: resolves always, change events never
+            notifier = AlertmanagerNotifier(am, session)
             items.append(
-                Integration(
+                _integration(
                     name,
                     "alertmanager",
                     i,
-                    AlertmanagerNotifier(am, session),
-                    True,
-                    False,
-                    _limiter("alertmanager", am.rate_limit),
-                    _secrets(am.bearer_token),
+                    notifier,
+                    (True, False),
+                    am.rate_limit,
+                    am.bearer_token,
                     resend_interval=am.resend_interval,
                     resolved_retention=am.resolved_retention,
                 )
             )
         for i, tk in enumerate(receiver.ticket):
+            # RMA tickets are change events only
+            notifier = TicketNotifier(tk, session)
             items.append(
-                Integration(
-                    name,
-                    "ticket",
-                    i,
-                    TicketNotifier(tk, session),
-                    False,
-                    True,
-                    _limiter("ticket", tk.rate_limit),
-                    _secrets(tk.url, tk.token),
+                _integration(
+                    name, "ticket", i, notifier, (False, True), tk.rate_limit, tk.url, tk.token
                 )
             )
         for i, co in enumerate(receiver.console):
+            delivery = (co.send_resolved, co.send_changes)
             items.append(
-                Integration(
-                    name,
-                    "console",
-                    i,
-                    ConsoleNotifier(co, stream),
-                    co.send_resolved,
-                    co.send_changes,
-                    None,
-                )
+                _integration(name, "console", i, ConsoleNotifier(co, stream), delivery, None)
             )
         out[name] = items
     return out

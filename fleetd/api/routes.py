@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from fleetd.alert.notification import iso8601
 from fleetd.alert.silence_store import SilenceState
@@ -459,29 +459,24 @@ class _Api:
 
     # ---- actions -----------------------------------------------------------------------
     def drain(self, request: Request) -> Response:
-        body, actor = self._mutation(request, ActionBody)
-        index = self._gpu(request)
-
-        def do() -> Json:
-            remedy = self._remedy()
-            run_id = remedy.drain(index, who=actor.describe(), why=body.reason, now=self.s.now())
-            return {"run": self._run_view(remedy, run_id)}
-
-        return self._act(
-            "drain", actor, body, f"drain GPU {index} requested", do, gpu=index, status=202
-        )
+        return self._gpu_run(request, "drain")
 
     def undrain(self, request: Request) -> Response:
+        return self._gpu_run(request, "undrain")
+
+    def _gpu_run(self, request: Request, action: Literal["drain", "undrain"]) -> Response:
+        """Start a drain or undrain run on the request's GPU (202 with the run)."""
         body, actor = self._mutation(request, ActionBody)
         index = self._gpu(request)
 
         def do() -> Json:
             remedy = self._remedy()
-            run_id = remedy.undrain(index, who=actor.describe(), why=body.reason, now=self.s.now())
+            start = remedy.drain if action == "drain" else remedy.undrain
+            run_id = start(index, who=actor.describe(), why=body.reason, now=self.s.now())
             return {"run": self._run_view(remedy, run_id)}
 
         return self._act(
-            "undrain", actor, body, f"undrain GPU {index} requested", do, gpu=index, status=202
+            action, actor, body, f"{action} GPU {index} requested", do, gpu=index, status=202
         )
 
     def cancel(self, request: Request) -> Response:
@@ -498,14 +493,21 @@ class _Api:
         return self._act("cancel", actor, body, f"cancel remediation run {run_id}", do)
 
     def pause(self, request: Request) -> Response:
+        return self._pause(request, paused=True)
+
+    def _pause(self, request: Request, *, paused: bool) -> Response:
+        """Pause or resume automatic remediation (with the pause state after)."""
         body, actor = self._mutation(request, ActionBody)
 
         def do() -> Json:
             remedy = self._remedy()
-            remedy.pause(who=actor.describe(), why=body.reason, now=self.s.now())
+            change = remedy.pause if paused else remedy.resume
+            change(who=actor.describe(), why=body.reason, now=self.s.now())
             return {"pause": pause_view(remedy.status().paused)}
 
-        return self._act("pause", actor, body, "remediation paused", do)
+        if paused:
+            return self._act("pause", actor, body, "remediation paused", do)
+        return self._act("resume", actor, body, "remediation resumed", do)
 
     def rma_list(self, request: Request) -> Response:
         """This node's RMA records (one per physical GPU, by serial); ``physical=true``: only
@@ -540,14 +542,7 @@ class _Api:
         return self._act("baseline_capture", actor, body, "benchmark baseline captured", do)
 
     def resume(self, request: Request) -> Response:
-        body, actor = self._mutation(request, ActionBody)
-
-        def do() -> Json:
-            remedy = self._remedy()
-            remedy.resume(who=actor.describe(), why=body.reason, now=self.s.now())
-            return {"pause": pause_view(remedy.status().paused)}
-
-        return self._act("resume", actor, body, "remediation resumed", do)
+        return self._pause(request, paused=False)
 
     def reset_breaker(self, request: Request) -> Response:
         body, actor = self._mutation(request, ActionBody)

@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from fleetd.cli.fleetctl_context import Fail, Fleet, Unreachable
-from fleetd.cli.fleetctl_fleet import _need_db, _registry_call
+from fleetd.cli.fleetctl_context import Fail, Fleet
+from fleetd.cli.fleetctl_fleet import registry_book
 from fleetd.cli.fleetctl_render import Cell, Column, clock, render_table
 
 if TYPE_CHECKING:
@@ -24,25 +25,20 @@ if TYPE_CHECKING:
     from fleetd.registry.caps import FleetCapBook, WaveCheck
 
 
-def _cap_book(fleet: Fleet) -> FleetCapBook:
+def _caps(fleet: Fleet) -> AbstractContextManager[FleetCapBook]:
     from fleetd.registry.caps import FleetCapBook
 
-    try:
-        return FleetCapBook(_need_db(fleet, "a fleet cap"), timeout=fleet.timeout)
-    except Exception as exc:  # a malformed URL, a missing driver
-        raise Unreachable(str(exc)) from None
+    return registry_book(FleetCapBook, fleet, "a fleet cap")
 
 
 def add_cap(fleet: Fleet, group_by: Sequence[str], max_: str, *, reason: str, actor: str) -> None:
-    book = _cap_book(fleet)
-    try:
-        stored = _registry_call(
-            book.add, group_by, max_, created_by=actor, comment=reason, actor=actor, now=time.time()
-        )
-    except ValueError as exc:
-        raise Fail(f"refused: {exc}") from None
-    finally:
-        book.close()
+    with _caps(fleet) as book:
+        try:
+            stored = book.add(
+                group_by, max_, created_by=actor, comment=reason, actor=actor, now=time.time()
+            )
+        except ValueError as exc:
+            raise Fail(f"refused: {exc}") from None
     by = ",".join(stored.cap.group_by) or "the whole fleet"
     fleet.echo(
         f"cap {stored.id}: at most {stored.cap.max_text} GPUs out per {by}; agents apply it "
@@ -51,11 +47,8 @@ def add_cap(fleet: Fleet, group_by: Sequence[str], max_: str, *, reason: str, ac
 
 
 def remove_cap(fleet: Fleet, cap_id: str, *, reason: str, actor: str) -> None:
-    book = _cap_book(fleet)
-    try:
-        done = _registry_call(book.remove, cap_id, actor=actor, comment=reason, now=time.time())
-    finally:
-        book.close()
+    with _caps(fleet) as book:
+        done = book.remove(cap_id, actor=actor, comment=reason, now=time.time())
     if not done:
         raise Fail(f"no single cap with id {cap_id!r} (fleetctl remediation cap list)")
     fleet.echo(f"cap {cap_id} removed")
@@ -65,11 +58,8 @@ CAP_COLUMNS = (Column("ID"), Column("SET"), Column("BY"), Column("GROUP BY"), Co
 
 
 def list_caps(fleet: Fleet, *, as_json: bool) -> None:
-    book = _cap_book(fleet)
-    try:
-        stored = _registry_call(book.all)
-    finally:
-        book.close()
+    with _caps(fleet) as book:
+        stored = book.all()
     if as_json:
         rows = [
             {
@@ -108,22 +98,20 @@ def check_wave(
     from fleetd.registry.modes import FleetModeBook
 
     now = time.time()
-    book = _cap_book(fleet)
-    try:
-        modes = FleetModeBook("", engine=book.engine)
-        members = _registry_call(book.members)
-        result: WaveCheck = check(
-            nodes,
-            waves=_registry_call(modes.all),
-            members=members,
-            caps=[s.cap for s in _registry_call(book.all)],
-            now=now,
-            stale_after=fleet.stale_after,
-        )
-    except ValueError as exc:  # a node published a cap this fleetctl cannot read
-        raise Fail(f"refused: the caps cannot be read: {exc}") from None
-    finally:
-        book.close()
+    with _caps(fleet) as book:
+        try:
+            modes = FleetModeBook("", engine=book.engine)
+            members = book.members()
+            result: WaveCheck = check(
+                nodes,
+                waves=modes.all(),
+                members=members,
+                caps=[s.cap for s in book.all()],
+                now=now,
+                stale_after=fleet.stale_after,
+            )
+        except ValueError as exc:  # a node published a cap this fleetctl cannot read
+            raise Fail(f"refused: the caps cannot be read: {exc}") from None
     lines = [_load_line(load) for load in result.loads]
     head = (
         f"wave {where}: {len(result.enabled)} of {result.nodes} named nodes newly on, "

@@ -13,10 +13,11 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 import click
@@ -25,6 +26,9 @@ from fleetd.cli.fleetctl_http import ClientOptions, Target
 from fleetd.cli.fleetctl_inventory import load_inventory, targets_from_address
 from fleetd.cli.fleetctl_render import Painter
 from fleetd.errors import ConfigError
+
+if TYPE_CHECKING:
+    from fleetd.registry.reader import RegistryReader
 
 EXIT_OK = 0
 EXIT_UNHEALTHY = 1
@@ -48,6 +52,34 @@ class Unreachable(Fail):
     """A node or the fleet could not be reached or found (exit 2)."""
 
     exit_code = EXIT_UNREACHABLE
+
+
+class _Closing(Protocol):
+    def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=_Closing)
+
+
+@contextmanager
+def registry_session(opened: C) -> Iterator[C]:
+    """``opened`` (a reader or book of the fleet registry), closed after; what the registry
+    cannot read or write is ``Unreachable``."""
+    from fleetd.registry.reader import RegistryError
+
+    try:
+        yield opened
+    except RegistryError as exc:
+        raise Unreachable(str(exc)) from None
+    finally:
+        opened.close()
+
+
+def registry_reader(url: str, timeout: float) -> AbstractContextManager[RegistryReader]:
+    """A reader of the fleet registry at ``url`` (``registry_session``)."""
+    from fleetd.registry.reader import RegistryReader
+
+    return registry_session(RegistryReader(url, timeout=timeout))
 
 
 @dataclass
@@ -110,15 +142,8 @@ class Fleet:
             except ConfigError as exc:
                 raise Unreachable(str(exc)) from None
         if self.db is not None:
-            from fleetd.registry.reader import RegistryError, RegistryReader
-
-            reader = RegistryReader(self.db, timeout=self.timeout)
-            try:
+            with registry_reader(self.db, self.timeout) as reader:
                 nodes = reader.fleet(time.time(), stale_after=self.stale_after)
-            except RegistryError as exc:
-                raise Unreachable(str(exc)) from None
-            finally:
-                reader.close()
             return [Target(n.summary.node, n.address) for n in nodes if n.address]
         raise Unreachable(
             "no fleet: give --inventory FILE or --db URL "

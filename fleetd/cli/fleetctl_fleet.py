@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -23,13 +24,18 @@ from fleetd.cli.fleetctl_context import (
     Fail,
     Fleet,
     Unreachable,
+    registry_reader,
+    registry_session,
 )
 from fleetd.cli.fleetctl_render import Cell, Column, age, clock, number, render_table
 
 if TYPE_CHECKING:
     from fleetd.query import Matcher
+    from fleetd.registry.book import RegistryBook
     from fleetd.registry.reader import RegistryNode
     from fleetd.registry.silences import FleetSilenceBook
+
+B = TypeVar("B", bound="RegistryBook")
 
 SEVERITY_STYLES = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -40,22 +46,21 @@ def _need_db(fleet: Fleet, what: str) -> str:
     return fleet.db
 
 
-def _book(fleet: Fleet, what: str) -> FleetSilenceBook:
-    from fleetd.registry.silences import FleetSilenceBook
-
+def registry_book(kind: type[B], fleet: Fleet, what: str) -> AbstractContextManager[B]:
+    """A book of the fleet registry (``--db``; ``what`` names what lives there when it is
+    missing) as a ``registry_session``; a malformed URL or a missing driver is
+    ``Unreachable`` too."""
     try:
-        return FleetSilenceBook(_need_db(fleet, what), timeout=fleet.timeout)
+        book = kind(_need_db(fleet, what), timeout=fleet.timeout)
     except Exception as exc:  # a malformed URL, a missing driver
         raise Unreachable(str(exc)) from None
+    return registry_session(book)
 
 
-def _registry_call(func: Any, *args: Any, **kwargs: Any) -> Any:
-    from fleetd.registry.reader import RegistryError
+def _silences(fleet: Fleet, what: str) -> AbstractContextManager[FleetSilenceBook]:
+    from fleetd.registry.silences import FleetSilenceBook
 
-    try:
-        return func(*args, **kwargs)
-    except RegistryError as exc:
-        raise Unreachable(str(exc)) from None
+    return registry_book(FleetSilenceBook, fleet, what)
 
 
 def _book_write(
@@ -74,13 +79,11 @@ def _book_write(
         alerts = parse_matchers(matchers, "alert")
     except MatcherError as exc:
         raise Fail(f"refused: {exc}") from None
-    book = _book(fleet, what)
-    try:
-        return _registry_call(write, book, nodes, alerts)
-    except ValueError as exc:
-        raise Fail(f"refused: {exc}") from None
-    finally:
-        book.close()
+    with _silences(fleet, what) as book:
+        try:
+            return write(book, nodes, alerts)
+        except ValueError as exc:
+            raise Fail(f"refused: {exc}") from None
 
 
 # ---------------------------------------------------------------------------- fleet silences
@@ -156,12 +159,9 @@ FLEET_SILENCE_COLUMNS = (
 
 
 def list_fleet_silences(fleet: Fleet, *, everything: bool, as_json: bool) -> None:
-    book = _book(fleet, "a fleet silence")
     now = time.time()
-    try:
-        found = _registry_call(book.all) if everything else _registry_call(book.current, now)
-    finally:
-        book.close()
+    with _silences(fleet, "a fleet silence") as book:
+        found = book.all() if everything else book.current(now)
     views = [s.to_dict(now) for s in found]
     if as_json:
         click.echo(json.dumps({"fleet_silences": views}, indent=2))
@@ -182,13 +182,11 @@ def list_fleet_silences(fleet: Fleet, *, everything: bool, as_json: bool) -> Non
 
 
 def expire_fleet_silence(fleet: Fleet, silence_id: str, *, reason: str, actor: str) -> None:
-    book = _book(fleet, "a fleet silence")
-    try:
-        _registry_call(book.expire, silence_id, actor=actor, comment=reason, now=time.time())
-    except KeyError:
-        raise Fail(f"no fleet silence {silence_id!r} in the registry") from None
-    finally:
-        book.close()
+    with _silences(fleet, "a fleet silence") as book:
+        try:
+            book.expire(silence_id, actor=actor, comment=reason, now=time.time())
+        except KeyError:
+            raise Fail(f"no fleet silence {silence_id!r} in the registry") from None
     fleet.echo(f"fleet silence {silence_id} expired: agents drop it at their next heartbeat")
 
 
@@ -196,11 +194,8 @@ AUDIT_COLUMNS = (Column("AT"), Column("WHO"), Column("ACTION"), Column("ID"), Co
 
 
 def show_audit(fleet: Fleet, *, limit: int, as_json: bool) -> None:
-    book = _book(fleet, "the fleet silence audit trail")
-    try:
-        entries = _registry_call(book.audit, limit)
-    finally:
-        book.close()
+    with _silences(fleet, "the fleet silence audit trail") as book:
+        entries = book.audit(limit)
     if as_json:
         click.echo(
             json.dumps(
@@ -250,16 +245,9 @@ def _audit_text(detail: Any) -> str:
 # ------------------------------------------------------------------------------ registry read
 def read_fleet(fleet: Fleet, now: float) -> list[RegistryNode]:
     """Every node's last heartbeat, in one query."""
-    from fleetd.registry.reader import RegistryError, RegistryReader
-
-    reader = RegistryReader(_need_db(fleet, "this view"), timeout=fleet.timeout)
-    try:
+    with registry_reader(_need_db(fleet, "this view"), fleet.timeout) as reader:
         nodes: list[RegistryNode] = reader.fleet(now, stale_after=fleet.stale_after)
         return nodes
-    except RegistryError as exc:
-        raise Unreachable(str(exc)) from None
-    finally:
-        reader.close()
 
 
 ALERT_COLUMNS = (
@@ -353,15 +341,9 @@ DRIFT_COLUMNS = (
 def drift_report(fleet: Fleet, tolerance: float, as_json: bool, show: int) -> None:
     """SKU groups and their minority versions from one query; exit 1 when there is drift."""
     from fleetd.registry.drift import fleet_drift, shown_versions
-    from fleetd.registry.reader import RegistryError, RegistryReader
 
-    reader = RegistryReader(_need_db(fleet, "drift"), timeout=fleet.timeout)
-    try:
+    with registry_reader(_need_db(fleet, "drift"), fleet.timeout) as reader:
         nodes = reader.versions(time.time(), stale_after=fleet.stale_after)
-    except RegistryError as exc:
-        raise Unreachable(str(exc)) from None
-    finally:
-        reader.close()
     fresh = [(node, v) for node, v, stale in nodes if not stale and v is not None]
     stale = sum(1 for _, _, is_stale in nodes if is_stale)
     silent = sum(1 for _, v, is_stale in nodes if not is_stale and v is None)
@@ -450,16 +432,8 @@ def set_wave(
         if forced:  # the audit trail keeps the numbers it was forced past
             reason = f"{reason} [forced past a cap: {'; '.join(x.strip() for x in lines)}]"
     now = time.time()
-    try:
-        book = FleetModeBook(_need_db(fleet, "a remediation wave"), timeout=fleet.timeout)
-    except Exception as exc:  # a malformed URL, a missing driver
-        raise Unreachable(str(exc)) from None
-    try:
-        wave = _registry_call(
-            book.set, nodes, mode, created_by=actor, comment=reason, actor=actor, now=now
-        )
-    finally:
-        book.close()
+    with registry_book(FleetModeBook, fleet, "a remediation wave") as book:
+        wave = book.set(nodes, mode, created_by=actor, comment=reason, actor=actor, now=now)
     where = " ".join(format_matchers(nodes)) or "every node"
     if counted is not None and counted[1]:  # one read of the fleet, not two
         count = f"{counted[0]} of {counted[1]} registered nodes"
@@ -496,14 +470,8 @@ def show_waves(fleet: Fleet, *, as_json: bool) -> None:
 
     now = time.time()
     registry = read_fleet(fleet, now)
-    try:
-        book = FleetModeBook(_need_db(fleet, "a remediation wave"), timeout=fleet.timeout)
-    except Exception as exc:
-        raise Unreachable(str(exc)) from None
-    try:
-        waves = _registry_call(book.all)
-    finally:
-        book.close()
+    with registry_book(FleetModeBook, fleet, "a remediation wave") as book:
+        waves = book.all()
     by_mode: dict[str, int] = {}
     for n in registry:
         mode = mode_for(waves, n.summary.node, dict(n.summary.labels)) or "local"

@@ -19,23 +19,19 @@ from typing import Any
 import click
 
 from fleetd.cli.fleetctl_commands import _fleet, parse_duration
-from fleetd.cli.fleetctl_context import EXIT_OK, EXIT_UNREACHABLE, Fleet, fleet_options
+from fleetd.cli.fleetctl_context import (
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    Fleet,
+    fleet_options,
+    registry_reader,
+)
 from fleetd.cli.fleetctl_fleet import _need_db
 from fleetd.cli.fleetctl_http import fan_out
 from fleetd.cli.fleetctl_render import Cell, Column, age, clock, render_table
+from fleetd.remedy.kpi_labels import STAGES
 
 REPORT_PATH = "/api/v1/report"
-STAGES = (
-    "queued",
-    "drain",
-    "capture",
-    "reset",
-    "verify",
-    "validate",
-    "worker_start",
-    "back_in_rotation",
-)  # fleetd.remedy.kpi.STAGES (not imported: fleetctl stays light)
-VERDICTS = ("fault_found", "nothing_found", "recurred")
 
 
 # ------------------------------------------------------------------------------- combining
@@ -178,18 +174,10 @@ def from_agents(fleet: Fleet, nodes: Sequence[str], window: float | None) -> lis
 
 def from_registry(fleet: Fleet, nodes: Sequence[str], now: float) -> list[NodeReport]:
     """Every agent's last published summary, in one query; stale ones say so."""
-    from fleetd.registry.reader import RegistryError, RegistryReader
     from fleetd.registry.report_reader import read_reports
 
-    reader = RegistryReader(_need_db(fleet, "the fleet report"), timeout=fleet.timeout)
-    try:
+    with registry_reader(_need_db(fleet, "the fleet report"), fleet.timeout) as reader:
         rows = read_reports(reader, nodes=frozenset(nodes))
-    except RegistryError as exc:
-        from fleetd.cli.fleetctl_context import Unreachable
-
-        raise Unreachable(str(exc)) from None
-    finally:
-        reader.close()
     out = []
     for row in rows:
         stale = now - row.at > fleet.stale_after

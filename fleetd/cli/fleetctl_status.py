@@ -22,7 +22,6 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import click
@@ -37,6 +36,7 @@ from fleetd.cli.fleetctl_context import (
     Unreachable,
     fleet_options,
     make_fleet,
+    registry_reader,
 )
 from fleetd.cli.fleetctl_http import Reply, fan_out, request
 from fleetd.cli.fleetctl_render import (
@@ -108,17 +108,10 @@ def rows_from_agents(fleet: Fleet) -> list[FleetRow]:
 
 
 def rows_from_registry(fleet: Fleet, now: float) -> tuple[list[FleetRow], list[str]]:
-    from fleetd.registry.reader import RegistryError, RegistryReader
-
     assert fleet.db is not None
-    reader = RegistryReader(fleet.db, timeout=fleet.timeout)
-    try:
+    with registry_reader(fleet.db, fleet.timeout) as reader:
         nodes = reader.fleet(now, stale_after=fleet.stale_after)
         limits = reader.limits()
-    except RegistryError as exc:
-        raise Unreachable(str(exc)) from None
-    finally:
-        reader.close()
     rows = [
         FleetRow(
             n.summary.node,
@@ -438,13 +431,7 @@ def status_command(
     watch: bool,
     interval: float,
     count: int | None,
-    inventory: Path | None,
-    db: str | None,
-    timeout: float,
-    token_file: Path | None,
-    ca_file: str | None,
-    colour: bool | None,
-    stale_after: float,
+    **kw: Any,
 ) -> None:
     """Health of every node (or, with NODE, of each of its GPUs).
 
@@ -457,7 +444,7 @@ def status_command(
          (drained, in a remediation run, quarantined or held)
       0  every GPU is in service and healthy
     """
-    fleet = make_fleet(inventory, db, timeout, token_file, ca_file, colour, stale_after)
+    fleet = make_fleet(**kw)  # the fleet_options
     if not watch:
         text, code = once(fleet, node, as_json, partitions)
         fleet.echo(text)

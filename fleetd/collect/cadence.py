@@ -34,6 +34,13 @@ def metric_cadence(slow_every: int) -> tuple[tuple[str, int], ...]:
     return tuple((metric, slow_every) for metric in sorted(SLOW_METRICS))
 
 
+def slow_every_of(every: int) -> int:
+    """A collector's ``slow_every`` (its slow tier reads every that many polls), checked."""
+    if every < 1:
+        raise ValueError("slow_every must be at least 1")
+    return every
+
+
 def slow_part(
     gpu: GpuSource,
     key: str,

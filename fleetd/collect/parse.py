@@ -69,12 +69,21 @@ def first_reason(*raws: object) -> str:
     return REASON_OUT_OF_RANGE
 
 
-def count(raw: object) -> float | None:
-    """A non-negative counter or count (ECC errors, replays, lanes, pages)."""
+def nonnegative(raw: object) -> float | None:
+    """``number(raw)``, unless it is negative."""
     value = number(raw)
     if value is None or value < 0:
         return None
     return value
+
+
+def _scaled(value: float | None, factor: float) -> float | None:
+    return None if value is None else value * factor
+
+
+def count(raw: object) -> float | None:
+    """A non-negative counter or count (ECC errors, replays, lanes, pages)."""
+    return nonnegative(raw)
 
 
 def celsius(raw: object) -> float | None:
@@ -84,18 +93,12 @@ def celsius(raw: object) -> float | None:
 
 def watts(raw: object) -> float | None:
     """Power from amdsmi_get_power_info / gpu_metrics, already in W."""
-    value = number(raw)
-    if value is None or value < 0:
-        return None
-    return value
+    return nonnegative(raw)
 
 
 def microwatts_to_watts(raw: object) -> float | None:
     """Power cap from amdsmi_get_power_cap_info: µW on Linux bare metal → W."""
-    value = number(raw)
-    if value is None or value < 0:
-        return None
-    return value * MICRO
+    return _scaled(nonnegative(raw), MICRO)
 
 
 def energy_joules(accumulator: object, resolution_uj: object) -> float | None:
@@ -117,10 +120,7 @@ def mts_to_gts(raw: object) -> float | None:
 
 def kib_to_bytes(raw: object) -> float | None:
     """XGMI link data from amdsmi_get_link_metrics / gpu_metrics: KB (KiB) → bytes."""
-    value = number(raw)
-    if value is None or value < 0:
-        return None
-    return value * KIB
+    return _scaled(nonnegative(raw), KIB)
 
 
 def percent_to_ratio(raw: object) -> float | None:
@@ -133,18 +133,12 @@ def percent_to_ratio(raw: object) -> float | None:
 
 def mhz_to_hz(raw: object) -> float | None:
     """Clock from amdsmi_get_clock_info: MHz → Hz."""
-    value = number(raw)
-    if value is None or value < 0:
-        return None
-    return value * MEGA
+    return _scaled(nonnegative(raw), MEGA)
 
 
 def nonneg_bytes(raw: object) -> float | None:
     """A size already in bytes (amdsmi_get_gpu_memory_usage/total, process memory)."""
-    value = number(raw)
-    if value is None or value < 0:
-        return None
-    return value
+    return nonnegative(raw)
 
 
 def residency_ratio(

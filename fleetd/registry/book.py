@@ -1,15 +1,25 @@
 """What every book of the fleet's shared tables has: its engine (its own, or the heartbeat's,
-shared), its tables created on first use, and closing."""
+shared), its tables created on first use, reads and writes that fail as ``RegistryError``,
+the audit row of every change, and closing."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+import json
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
-from sqlalchemy import Engine, Table, inspect
+from sqlalchemy import Engine, Executable, Insert, RowMapping, Table, insert, inspect
 from sqlalchemy.exc import SQLAlchemyError
 
 from fleetd.registry.reader import RegistryError, describe_error
-from fleetd.registry.store import REGISTRY_METADATA, _engine
+from fleetd.registry.store import REGISTRY_METADATA, _engine, audit_table
+
+
+def audit(now: float, actor: str, action: str, subject: str, detail: Any) -> Insert:
+    """The audit row of a change (``detail`` as JSON)."""
+    return insert(audit_table).values(
+        at=now, actor=actor[:255], action=action, subject=subject, detail=json.dumps(detail)
+    )
 
 
 class RegistryBook:
@@ -36,6 +46,25 @@ class RegistryBook:
                     f"cannot create the {self.WHAT}: {describe_error(exc)}"
                 ) from None
         self._ready = True
+
+    def _rows(self, stmt: Executable) -> list[RowMapping]:
+        """The rows ``stmt`` reads (its tables created first)."""
+        self._ensure()
+        try:
+            with self._engine.connect() as conn:
+                return list(conn.execute(stmt).mappings())
+        except SQLAlchemyError as exc:
+            raise RegistryError(f"cannot read the registry: {describe_error(exc)}") from None
+
+    def _write(self, statements: Sequence[Executable]) -> None:
+        """Run ``statements`` in one transaction (a change and its audit row)."""
+        self._ensure()
+        try:
+            with self._engine.begin() as conn:
+                for stmt in statements:
+                    conn.execute(stmt)
+        except SQLAlchemyError as exc:
+            raise RegistryError(f"cannot write the registry: {describe_error(exc)}") from None
 
     def close(self) -> None:
         if self._own:

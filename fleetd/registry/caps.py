@@ -18,7 +18,7 @@ from sqlalchemy import Engine, delete, insert, inspect, literal, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from fleetd.query import Matcher
-from fleetd.registry.book import RegistryBook
+from fleetd.registry.book import RegistryBook, audit
 from fleetd.registry.modes import FleetMode, mode_for
 from fleetd.registry.reader import RegistryError, describe_error
 from fleetd.registry.store import audit_table, nodes_table
@@ -98,30 +98,19 @@ class FleetCapBook(RegistryBook):
         cap = Cap.of(group_by, max_)
         stored = StoredCap(str(uuid.uuid4()), cap, created_by, comment, now)
         detail = {**cap.to_json(), "comment": comment}
-        self._ensure()
-        try:
-            with self._engine.begin() as conn:
-                conn.execute(
-                    insert(caps_table).values(
-                        id=stored.id,
-                        group_by=json.dumps(list(cap.group_by)),
-                        max=cap.max_text,
-                        created_by=created_by[:255],
-                        comment=comment,
-                        created_at=now,
-                    )
-                )
-                conn.execute(
-                    insert(audit_table).values(
-                        at=now,
-                        actor=actor[:255],
-                        action="cap",
-                        subject=stored.id,
-                        detail=json.dumps(detail),
-                    )
-                )
-        except SQLAlchemyError as exc:
-            raise RegistryError(f"cannot write the registry: {describe_error(exc)}") from None
+        self._write(
+            [
+                insert(caps_table).values(
+                    id=stored.id,
+                    group_by=json.dumps(list(cap.group_by)),
+                    max=cap.max_text,
+                    created_by=created_by[:255],
+                    comment=comment,
+                    created_at=now,
+                ),
+                audit(now, actor, "cap", stored.id, detail),
+            ]
+        )
         return stored
 
     def remove(self, cap_id: str, *, actor: str, comment: str, now: float) -> bool:
@@ -138,28 +127,15 @@ class FleetCapBook(RegistryBook):
                 if len(ids) != 1 or not cap_id:
                     return False
                 conn.execute(delete(caps_table).where(caps_table.c.id == ids[0]))
-                conn.execute(
-                    insert(audit_table).values(
-                        at=now,
-                        actor=actor[:255],
-                        action="uncap",
-                        subject=ids[0],
-                        detail=json.dumps({"comment": comment}),
-                    )
-                )
+                conn.execute(audit(now, actor, "uncap", ids[0], {"comment": comment}))
         except SQLAlchemyError as exc:
             raise RegistryError(f"cannot write the registry: {describe_error(exc)}") from None
         return True
 
     def all(self) -> list[StoredCap]:
         """Every cap, oldest first."""
-        self._ensure()
         t = caps_table
-        try:
-            with self._engine.connect() as conn:
-                rows = conn.execute(select(t).order_by(t.c.created_at, t.c.id)).mappings().all()
-        except SQLAlchemyError as exc:
-            raise RegistryError(f"cannot read the registry: {describe_error(exc)}") from None
+        rows = self._rows(select(t).order_by(t.c.created_at, t.c.id))
         caps = registry_caps(rows)
         return [
             StoredCap(str(r["id"]), cap, str(r["created_by"]), str(r["comment"]), r["created_at"])

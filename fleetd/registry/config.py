@@ -14,14 +14,14 @@ from typing import Annotated
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from fleetd.configbase import Duration, HttpUrlText, Secret, Span, StrictModel, documents
-from fleetd.store.db import check_url
+from fleetd.configbase import Duration, HttpUrlText, Span, StrictModel, documents
+from fleetd.store.config import DatabaseUrl
 
 
 class RegistryConfig(StrictModel):
     """The fleet registry (PostgreSQL) this node publishes its heartbeat to."""
 
-    url: Secret | None = None  # a PostgreSQL URL may carry a password: never logged
+    url: DatabaseUrl = None  # a PostgreSQL URL may carry a password: never logged
     """PostgreSQL URL of the fleet registry, `postgresql://USER:PASSWORD@HOST/DB` (the installed
     driver is used, psycopg2 by default). Set: this node publishes its heartbeat there, and
     remediation's cap and breaker become fleet-wide.
@@ -51,14 +51,6 @@ class RegistryConfig(StrictModel):
     """Version drift is judged only in SKU groups with at least this many fresh nodes that
     report the component (two nodes have no majority worth the name).
     """
-
-    @field_validator("url")
-    @classmethod
-    @documents()
-    def _usable_url(cls, value: Secret | None) -> Secret | None:
-        if value is not None:
-            check_url(value.reveal())
-        return value
 
     @field_validator("stale_after")
     @classmethod

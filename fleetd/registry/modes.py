@@ -20,13 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import insert, select
-from sqlalchemy.exc import SQLAlchemyError
 
 from fleetd.alert.matchers import format_matcher, parse_matcher
 from fleetd.model import make_labels
 from fleetd.query import Matcher, matches_all
-from fleetd.registry.book import RegistryBook
-from fleetd.registry.reader import RegistryError, describe_error
+from fleetd.registry.book import RegistryBook, audit
 from fleetd.registry.store import audit_table, modes_table
 
 MODES = ("off", "dry-run", "on", "local")
@@ -85,44 +83,31 @@ class FleetModeBook(RegistryBook):
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
         wave = FleetMode(str(uuid.uuid4()), node_matchers, mode, created_by, comment, now)
         texts = [format_matcher(m) for m in node_matchers]
-        self._ensure()
-        try:
-            with self._engine.begin() as conn:
-                conn.execute(
-                    insert(modes_table).values(
-                        id=wave.id,
-                        node_matchers=json.dumps(texts),
-                        mode=mode,
-                        created_by=created_by,
-                        comment=comment,
-                        created_at=now,
-                    )
-                )
-                conn.execute(
-                    insert(audit_table).values(
-                        at=now,
-                        actor=actor[:255],
-                        action="mode",
-                        subject=wave.id,
-                        detail=json.dumps(
-                            {"node_matchers": texts, "mode": mode, "comment": comment}
-                        ),
-                    )
-                )
-        except SQLAlchemyError as exc:
-            raise RegistryError(f"cannot write the registry: {describe_error(exc)}") from None
+        self._write(
+            [
+                insert(modes_table).values(
+                    id=wave.id,
+                    node_matchers=json.dumps(texts),
+                    mode=mode,
+                    created_by=created_by,
+                    comment=comment,
+                    created_at=now,
+                ),
+                audit(
+                    now,
+                    actor,
+                    "mode",
+                    wave.id,
+                    {"node_matchers": texts, "mode": mode, "comment": comment},
+                ),
+            ]
+        )
         return wave
 
     def all(self) -> list[FleetMode]:
         """Every wave, oldest first (the heartbeat's pull)."""
-        self._ensure()
         t = modes_table
-        try:
-            with self._engine.connect() as conn:
-                rows = conn.execute(select(t).order_by(t.c.created_at, t.c.id)).mappings()
-                return [_wave(r) for r in rows]
-        except SQLAlchemyError as exc:
-            raise RegistryError(f"cannot read the registry: {describe_error(exc)}") from None
+        return [_wave(r) for r in self._rows(select(t).order_by(t.c.created_at, t.c.id))]
 
 
 def _wave(row: Any) -> FleetMode:

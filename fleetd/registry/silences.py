@@ -26,14 +26,12 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.exc import SQLAlchemyError
 
 from fleetd.alert.matchers import format_matcher, parse_matcher
 from fleetd.alert.silence_store import Silence, silence_from_row, silence_row
 from fleetd.model import Labels, make_labels
 from fleetd.query import Matcher, matches_all
-from fleetd.registry.book import RegistryBook
-from fleetd.registry.reader import RegistryError, describe_error
+from fleetd.registry.book import RegistryBook, audit
 from fleetd.registry.store import (
     acks_table,
     audit_table,
@@ -211,7 +209,7 @@ class FleetSilenceBook(RegistryBook):
         self._write(
             [
                 insert(silences_table).values(**row),
-                _audit(now, actor, "add", silence.id, detail),
+                audit(now, actor, "add", silence.id, detail),
             ]
         )
         return silence
@@ -251,31 +249,26 @@ class FleetSilenceBook(RegistryBook):
                     comment=comment,
                     created_at=now,
                 ),
-                _audit(now, actor, "ack", ack.id, {**texts, "comment": comment}),
+                audit(now, actor, "ack", ack.id, {**texts, "comment": comment}),
             ]
         )
         return ack
 
     def recent_acks(self, now: float) -> list[FleetAck]:
         """The fleet acknowledgements of the last ``ACK_WINDOW`` (the heartbeat's pull)."""
-        self._ensure()
         t = acks_table
         stmt = select(t).where(t.c.created_at > now - ACK_WINDOW).order_by(t.c.created_at)
-        try:
-            with self._engine.connect() as conn:
-                return [
-                    FleetAck(
-                        r["id"],
-                        tuple(parse_matcher(m) for m in json.loads(r["node_matchers"])),
-                        tuple(parse_matcher(m) for m in json.loads(r["matchers"])),
-                        r["created_by"],
-                        r["comment"],
-                        r["created_at"],
-                    )
-                    for r in conn.execute(stmt).mappings()
-                ]
-        except SQLAlchemyError as exc:
-            raise RegistryError(f"cannot read the registry: {describe_error(exc)}") from None
+        return [
+            FleetAck(
+                r["id"],
+                tuple(parse_matcher(m) for m in json.loads(r["node_matchers"])),
+                tuple(parse_matcher(m) for m in json.loads(r["matchers"])),
+                r["created_by"],
+                r["comment"],
+                r["created_at"],
+            )
+            for r in self._rows(stmt)
+        ]
 
     def expire(self, silence_id: str, *, actor: str, comment: str, now: float) -> FleetSilence:
         """End a fleet silence now; KeyError if there is none with that id."""
@@ -291,7 +284,7 @@ class FleetSilenceBook(RegistryBook):
                 update(t)
                 .where(t.c.id == silence_id)
                 .values(starts_at=starts, ends_at=now, updated_at=now),
-                _audit(now, actor, "expire", silence_id, {"comment": comment}),
+                audit(now, actor, "expire", silence_id, {"comment": comment}),
             ]
         )
         found = self.get(silence_id)
@@ -314,36 +307,14 @@ class FleetSilenceBook(RegistryBook):
 
     def audit(self, limit: int = 200) -> list[AuditEntry]:
         """The newest audit entries first."""
-        self._ensure()
         t = audit_table
-        try:
-            with self._engine.connect() as conn:
-                rows = conn.execute(select(t).order_by(t.c.seq.desc()).limit(limit)).mappings()
-                return [
-                    AuditEntry(
-                        r["at"], r["actor"], r["action"], r["subject"], json.loads(r["detail"])
-                    )
-                    for r in rows
-                ]
-        except SQLAlchemyError as exc:
-            raise RegistryError(f"cannot read the registry: {describe_error(exc)}") from None
+        return [
+            AuditEntry(r["at"], r["actor"], r["action"], r["subject"], json.loads(r["detail"]))
+            for r in self._rows(select(t).order_by(t.c.seq.desc()).limit(limit))
+        ]
 
     def _read(self, stmt: Any) -> list[FleetSilence]:
-        self._ensure()
-        try:
-            with self._engine.connect() as conn:
-                return [_silence(r) for r in conn.execute(stmt).mappings()]
-        except SQLAlchemyError as exc:
-            raise RegistryError(f"cannot read the registry: {describe_error(exc)}") from None
-
-    def _write(self, statements: list[Any]) -> None:
-        self._ensure()
-        try:
-            with self._engine.begin() as conn:
-                for stmt in statements:
-                    conn.execute(stmt)
-        except SQLAlchemyError as exc:
-            raise RegistryError(f"cannot write the registry: {describe_error(exc)}") from None
+        return [_silence(r) for r in self._rows(stmt)]
 
 
 def for_node(
@@ -351,12 +322,6 @@ def for_node(
 ) -> list[Silence]:
     """The local silences of the fleet silences that name this node."""
     return [s.local() for s in silences if s.applies_to(node, labels)]
-
-
-def _audit(now: float, actor: str, action: str, subject: str, detail: Any) -> Any:
-    return insert(audit_table).values(
-        at=now, actor=actor[:255], action=action, subject=subject, detail=json.dumps(detail)
-    )
 
 
 def _row(silence: FleetSilence) -> dict[str, Any]:

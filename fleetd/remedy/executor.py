@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from itertools import groupby
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 from fleetd.clock import Clock
 from fleetd.logs import get_logger
@@ -731,8 +731,8 @@ class _Way(Generic[C]):
     """It changes the world: the journal is written before it runs (checks and polls only
     read, and wait for the journal only when the run changed)."""
     per_worker: bool
-    """One worker each, independent of the others: a step's batch of one kind runs in
-    parallel."""
+    """A ``WorkerCommand``: one worker each, independent of the others: a step's batch of one
+    kind runs in parallel."""
     own: bool
     """fleetd's own bookkeeping (the lease): not time spent outside fleetd (``busy_s``)."""
 
@@ -743,11 +743,10 @@ def _row(
     pretend: Callable[[m.Run, C], m.Event | None],
     *,
     acts: bool = True,
-    per_worker: bool = False,
     own: bool = False,
 ) -> tuple[type[object], _Way[Any]]:
     """One command's row: a command changes the world unless it says otherwise."""
-    return kind, _Way(carry_out, pretend, acts, per_worker, own)
+    return kind, _Way(carry_out, pretend, acts, issubclass(kind, m.WorkerCommand), own)
 
 
 def _answer(event: m.Event | None) -> Callable[[m.Run, object], m.Event | None]:
@@ -755,12 +754,7 @@ def _answer(event: m.Event | None) -> Callable[[m.Run, object], m.Event | None]:
     return lambda run, cmd: event
 
 
-class _OneWorker(Protocol):
-    @property
-    def worker(self) -> str: ...
-
-
-def _for_worker(answer: Callable[[str], m.Event]) -> Callable[[m.Run, _OneWorker], m.Event]:
+def _for_worker(answer: Callable[[str], m.Event]) -> Callable[[m.Run, m.WorkerCommand], m.Event]:
     """A dry-run answer naming the command's worker and nothing else."""
     return lambda run, cmd: answer(cmd.worker)
 
@@ -770,15 +764,14 @@ _WAYS: dict[type[object], _Way[Any]] = dict(
         _row(m.AcquireLease, Executor._acquire, _answer(m.LeaseResult(True, "dry-run")), own=True),
         _row(m.ReleaseLease, Executor._release_lease, _answer(None), own=True),
         _row(m.ReleaseHolds, Executor._release_holds, _answer(None), own=True),
-        _row(m.Unroute, Executor._unroute, _for_worker(m.UnrouteResult), per_worker=True),
+        _row(m.Unroute, Executor._unroute, _for_worker(m.UnrouteResult)),
         _row(
             m.ReadLoad,
             Executor._read_load,
             lambda run, cmd: m.LoadResult(cmd.worker, 0.0, 0.0),
             acts=False,
-            per_worker=True,
         ),
-        _row(m.StopUnit, Executor._stop, _for_worker(m.StopResult), per_worker=True),
+        _row(m.StopUnit, Executor._stop, _for_worker(m.StopResult)),
         _row(m.CheckProcesses, Executor._check_processes, _answer(m.ProcessResult(())), acts=False),
         _row(m.CaptureBaseline, Executor._baseline, _answer(m.BaselineResult()), acts=False),
         _row(
@@ -805,15 +798,14 @@ _WAYS: dict[type[object], _Way[Any]] = dict(
                 cmd.name, cmd.attempt, True, "dry-run: not run", kind="dry-run"
             ),
         ),
-        _row(m.StartUnit, Executor._start, _for_worker(m.StartResult), per_worker=True),
+        _row(m.StartUnit, Executor._start, _for_worker(m.StartResult)),
         _row(
             m.CheckReady,
             Executor._check_ready,
             lambda run, cmd: m.ReadyResult(cmd.worker, True, "dry-run"),
             acts=False,
-            per_worker=True,
         ),
-        _row(m.Reroute, Executor._reroute, _for_worker(m.RerouteResult), per_worker=True),
+        _row(m.Reroute, Executor._reroute, _for_worker(m.RerouteResult)),
     ]
 )
 """Every command the machine can give (but ``Record``, which the journal keeps): a new

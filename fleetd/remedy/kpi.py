@@ -40,19 +40,8 @@ from typing import Any, Protocol
 
 from fleetd.model import GpuIdentity, Reading, make_labels
 from fleetd.remedy.events import RemediationEvent
+from fleetd.remedy.kpi_labels import STAGES, VERDICTS
 from fleetd.remedy.run import Plan, Run, RunState
-
-STAGES = (
-    "queued",
-    "drain",
-    "capture",
-    "reset",
-    "verify",
-    "validate",
-    "worker_start",
-    "back_in_rotation",
-)
-"""The re-admission stages, in order (bounded: the ``stage`` label of the metrics)."""
 
 _STAGE_OF_STATE = {
     RunState.PLANNED.value: "queued",
@@ -71,7 +60,6 @@ _STAGE_OF_STATE = {
 _TERMINAL = frozenset(s.value for s in (RunState.DONE, RunState.QUARANTINED, RunState.ABORTED))
 _AUTOMATIC = frozenset({Plan.RESET, Plan.REBOOT})
 REPAIRS = ("automatic", "manual")
-VERDICTS = ("fault_found", "nothing_found", "recurred")
 SHADOW_ALERT_KIND = "shadow_alert"
 """The event-log kind of a shadow rule's firing and resolving (``fleetd.rules.trust``)."""
 

@@ -73,6 +73,8 @@ from fleetd.remedy.messages import (
     Unroute,
     UnrouteResult,
     ValidatorResult,
+    WorkerCommand,
+    WorkerResult,
 )
 from fleetd.remedy.run import (
     MANUAL_PLANS,
@@ -261,8 +263,10 @@ __all__ = [
     "UnrouteResult",
     "ValidatorOutcome",
     "ValidatorResult",
+    "WorkerCommand",
     "WorkerPhase",
     "WorkerProgress",
+    "WorkerResult",
     "due",
     "gpu_ranges",
     "plan_run",

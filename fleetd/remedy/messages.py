@@ -44,18 +44,26 @@ class ReleaseHolds:
 
 
 @dataclass(frozen=True, slots=True)
-class Unroute:
+class WorkerCommand:
+    """A command for one worker of the run, independent of the others: the executor carries
+    out a step's batch of one kind in parallel."""
+
     worker: str
 
 
 @dataclass(frozen=True, slots=True)
-class ReadLoad:
-    worker: str
+class Unroute(WorkerCommand):
+    """Take the worker out of the load balancer's rotation."""
 
 
 @dataclass(frozen=True, slots=True)
-class StopUnit:
-    worker: str
+class ReadLoad(WorkerCommand):
+    """Read the worker's in-flight requests."""
+
+
+@dataclass(frozen=True, slots=True)
+class StopUnit(WorkerCommand):
+    """Stop the worker's service."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,18 +120,18 @@ class RunValidator:
 
 
 @dataclass(frozen=True, slots=True)
-class StartUnit:
-    worker: str
+class StartUnit(WorkerCommand):
+    """Start the worker's service."""
 
 
 @dataclass(frozen=True, slots=True)
-class CheckReady:
-    worker: str
+class CheckReady(WorkerCommand):
+    """Ask whether the worker serves again."""
 
 
 @dataclass(frozen=True, slots=True)
-class Reroute:
-    worker: str
+class Reroute(WorkerCommand):
+    """Put the worker back into the load balancer's rotation."""
 
 
 Command = (
@@ -195,9 +203,16 @@ class LeaseResult:
 
 
 @dataclass(frozen=True, slots=True)
-class UnrouteResult:
+class WorkerResult:
+    """A worker command's outcome: ``error`` None when it was carried out."""
+
     worker: str
     error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UnrouteResult(WorkerResult):
+    pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,9 +229,7 @@ class LoadResult:
 
 
 @dataclass(frozen=True, slots=True)
-class StopResult:
-    worker: str
-    error: str | None = None
+class StopResult(WorkerResult):
     note: str | None = None
 
 
@@ -299,9 +312,8 @@ class ValidatorResult:
 
 
 @dataclass(frozen=True, slots=True)
-class StartResult:
-    worker: str
-    error: str | None = None
+class StartResult(WorkerResult):
+    pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,9 +326,8 @@ class ReadyResult:
 
 
 @dataclass(frozen=True, slots=True)
-class RerouteResult:
-    worker: str
-    error: str | None = None
+class RerouteResult(WorkerResult):
+    pass
 
 
 Event = (

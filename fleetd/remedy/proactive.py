@@ -21,6 +21,7 @@ from fleetd.model import SeriesKey, label_value
 from fleetd.query import Matcher, Query
 from fleetd.remedy import machine as m
 from fleetd.remedy.proactive_config import ProactiveConfig
+from fleetd.vllm.collector import RUNNING, WAITING
 from fleetd.vllm.config import VllmWorkerConfig
 
 if TYPE_CHECKING:
@@ -30,8 +31,6 @@ if TYPE_CHECKING:
 
 log = get_logger("remedy.proactive")
 
-RUNNING = "fleetd_vllm_requests_running"
-WAITING = "fleetd_vllm_requests_waiting"
 ACTIVITY = "fleetd_gpu_utilization_ratio"
 
 

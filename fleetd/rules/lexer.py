@@ -22,13 +22,18 @@ _PUNCT = "(){}[],"
 _ESCAPES = {"n": "\n", "t": "\t", "\\": "\\", '"': '"', "'": "'"}
 
 
-class ExprError(ValueError):
-    """An expression could not be parsed; ``offset`` is where in the text the problem is."""
+class TextError(ValueError):
+    """A problem in a rule's text (an expression, a template, series notation); ``offset`` is
+    where in the text the problem is."""
 
     def __init__(self, message: str, offset: int) -> None:
         super().__init__(message)
         self.message = message
         self.offset = offset
+
+
+class ExprError(TextError):
+    """An expression could not be parsed; ``offset`` is where in the text the problem is."""
 
 
 @dataclass(frozen=True, slots=True)

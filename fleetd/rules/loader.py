@@ -16,10 +16,9 @@ from fleetd.configbase import (
     Marks,
     Path_,
     dotted,
-    end_problem,
     load_yaml,
     mark_for,
-    read_text,
+    read_whole,
     validate,
 )
 from fleetd.errors import ConfigError, Problem
@@ -159,11 +158,7 @@ def load_rule_file(path: str | Path, *, runbook_base_url: str = "") -> RuleFile:
     it replaced or disabled) or cut short (its last line has no line break).
     """
     filename = str(path)
-    text = read_text(path)
-    problems: list[Problem] = []
-    end = end_problem(text, filename)
-    if end is not None:
-        problems.append(end)
+    text, problems = read_whole(path)
     try:
         loaded = parse_rule_text(text, filename, runbook_base_url=runbook_base_url)
     except ConfigError as exc:

@@ -16,7 +16,7 @@ import re
 
 from fleetd.model import Labels
 from fleetd.rules.ast import Selector
-from fleetd.rules.lexer import ExprError
+from fleetd.rules.lexer import ExprError, TextError
 from fleetd.rules.parser import parse
 
 MAX_VALUES = 1_000_000
@@ -29,13 +29,8 @@ _PLAIN = re.compile(rf"^{_NUM}$")
 _BLANKS = re.compile(r"^_(?:x(?P<n>\d+))?$")
 
 
-class SeriesError(ValueError):
+class SeriesError(TextError):
     """Bad notation; ``offset`` is where in the text the problem is."""
-
-    def __init__(self, message: str, offset: int) -> None:
-        super().__init__(message)
-        self.message = message
-        self.offset = offset
 
 
 def parse_values(text: str) -> list[float | None]:

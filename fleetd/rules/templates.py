@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 
+from fleetd.rules.lexer import TextError
+
 _ACTION = re.compile(r"\{\{(.*?)\}\}", re.S)
 _TOKEN = re.compile(
     r'\s*(?:(\$value)|\$labels\.([A-Za-z_][A-Za-z0-9_]*)|(\|)|"((?:[^"\\]|\\.)*)"|([A-Za-z]+))'
@@ -23,13 +25,8 @@ _TOKEN = re.compile(
 _PRINTF = re.compile(r"%[-+ 0#]*\d*(?:\.\d+)?[feg]")
 
 
-class TemplateError(ValueError):
+class TemplateError(TextError):
     """A template could not be compiled; ``offset`` is where in the text the problem is."""
-
-    def __init__(self, message: str, offset: int) -> None:
-        super().__init__(message)
-        self.message = message
-        self.offset = offset
 
 
 def go_float(value: float) -> str:

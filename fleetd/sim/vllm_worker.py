@@ -501,8 +501,7 @@ class StandInVllm:
             f"vllm:prefix_cache_hits_total{{{labels}}} {self._prompt_tokens * PREFIX_HIT_SHARE}\n"
             "# HELP vllm:num_preemptions_total Cumulative number of preemptions.\n"
             "# TYPE vllm:num_preemptions_total counter\n"
-            f"vllm:num_preemptions_total{{{labels}}} 0.0\n"
-            + self._histograms_text(labels)
+            f"vllm:num_preemptions_total{{{labels}}} 0.0\n" + self._histograms_text(labels)
         )
 
     def _histograms_text(self, labels: str) -> str:
@@ -510,14 +509,18 @@ class StandInVllm:
             return "".join(h.text(name, labels) for name, h in self._hists.items())
 
 
+class _QuietHandler(BaseHTTPRequestHandler):
+    """HTTP/1.1 keep-alive, no Nagle delay, and no line per request on stderr."""
+
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out in two writes
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
 def _handler_for(worker: StandInVllm) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        disable_nagle_algorithm = True  # headers and body go out in two writes
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
+    class Handler(_QuietHandler):
         def _serving(self) -> bool:
             if worker.state() == "active":
                 return True
@@ -705,13 +708,7 @@ def _setter(worker: StandInVllm, name: str, value: float) -> Callable[[], None]:
 
 
 def _control_handler(fleet: StandInFleet) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        disable_nagle_algorithm = True  # headers and body go out in two writes
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
+    class Handler(_QuietHandler):
         def _send(self, code: int, text: str) -> None:
             body = text.encode()
             self.send_response(code)

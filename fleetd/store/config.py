@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, StrictInt, ValidationInfo, field_validator
+from pydantic import AfterValidator, Field, StrictInt, ValidationInfo, field_validator
 
 from fleetd.configbase import Duration, Secret, Span, StrictModel, documents
 from fleetd.store.db import check_url
@@ -14,11 +14,22 @@ DEFAULT_DB_NAME = "fleetd.db"
 GIB = 1024**3
 
 
+def check_secret_url(value: Secret | None) -> Secret | None:
+    """``check_url`` for a database URL kept as a Secret (it may carry a password)."""
+    if value is not None:
+        check_url(value.reveal())
+    return value
+
+
+DatabaseUrl = Annotated[Secret | None, AfterValidator(check_secret_url)]
+"""An optional SQLAlchemy URL fleetd can open (``store.url``, ``registry.url``)."""
+
+
 class StoreConfig(StrictModel):
     """Storage settings. ``url`` (any SQLAlchemy URL, e.g. PostgreSQL) wins over ``path``;
     with neither, the SQLite file is ``<state_dir>/fleetd.db``."""
 
-    url: Secret | None = None  # may carry a password: never logged
+    url: DatabaseUrl = None  # may carry a password: never logged
     """A SQLAlchemy URL instead of the SQLite file, e.g.
     `postgresql://fleetd:PASSWORD@db/fleetd_node7` (a bare `postgresql://` gets the installed
     driver, psycopg2 by default).
@@ -70,14 +81,6 @@ class StoreConfig(StrictModel):
     """Polls kept in memory while writes fail, written once the database answers again; beyond, the
     oldest are dropped (`fleetd_store_backlog_dropped_polls_total`).
     """
-
-    @field_validator("url")
-    @classmethod
-    @documents()
-    def _usable_url(cls, value: Secret | None) -> Secret | None:
-        if value is not None:
-            check_url(value.reveal())
-        return value
 
     # The tiers nest: each check reads the tier before it, when that one is valid itself.
     @field_validator("raw_retention")

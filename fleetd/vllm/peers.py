@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 from fleetd.model import Labels, Reading, SeriesKey, make_labels
 from fleetd.query import Matcher, Query
+from fleetd.vllm.collector import GENERATION_TOKENS, RUNNING, TOKENS_PER_JOULE
 from fleetd.vllm.config import PeersConfig, VllmWorkerConfig
 from fleetd.vllm.fleet import FleetVerdict, FleetView, ServingFigure, judge_fleet
 from fleetd.vllm.robust import robust_z as robust_z
@@ -52,8 +53,6 @@ COMPARED = "fleetd_vllm_peer_compared"
 ITL = "fleetd_vllm_inter_token_latency_seconds"
 E2E_COUNT = "fleetd_vllm_e2e_request_latency_seconds_count"
 PROMPT = "fleetd_vllm_prompt_tokens_total"
-TOKENS = "fleetd_vllm_generation_tokens_total"
-RUNNING = "fleetd_vllm_requests_running"
 UP = "fleetd_vllm_up"
 CLOCK = "fleetd_gpu_clock_hertz"
 THROTTLE = "fleetd_gpu_throttle_ratio"
@@ -61,7 +60,6 @@ WIDTH = "fleetd_gpu_pcie_link_width_lanes"
 MAX_WIDTH = "fleetd_gpu_pcie_link_max_width_lanes"
 REPLAYS = "fleetd_gpu_pcie_replays_total"
 ECC = "fleetd_gpu_ecc_errors_total"
-TOKENS_PER_JOULE = "fleetd_gpu_tokens_per_joule"
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +160,7 @@ def gather(
     requests = _per_worker(query.window("increase", E2E_COUNT, window=window, now=now))
     prompt = _per_worker(query.window("increase", PROMPT, window=window, now=now))
     # vLLM series are copied per GPU: the max over copies is the worker's value
-    tokens_rate = _max_per_worker(query.window("rate", TOKENS, window=window, now=now))
+    tokens_rate = _max_per_worker(query.window("rate", GENERATION_TOKENS, window=window, now=now))
     running = _max_per_worker(query.window("avg", RUNNING, window=window, now=now))
     models = _models(query, now, window)
 

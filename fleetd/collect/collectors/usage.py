@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fleetd.collect import parse
 from fleetd.collect.base import Readings, attempt, field
-from fleetd.collect.cadence import slow_part
+from fleetd.collect.cadence import slow_every_of, slow_part
 from fleetd.collect.source import GpuSource
 from fleetd.model import Reading
 
@@ -30,9 +30,7 @@ class UsageCollector:
     def __init__(self, slow_every: int = 1, from_metrics: bool = False) -> None:
         """``from_metrics``: activity from the gpu_metrics table instead of
         amdsmi_get_gpu_activity every poll."""
-        if slow_every < 1:
-            raise ValueError("slow_every must be at least 1")
-        self.slow_every = slow_every
+        self.slow_every = slow_every_of(slow_every)
         self.from_metrics = from_metrics
 
     def collect(self, gpu: GpuSource, now: float) -> list[Reading]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from fleetd.collect import parse
 from fleetd.collect.base import Readings, attempt, field
-from fleetd.collect.cadence import slow_part
+from fleetd.collect.cadence import slow_every_of, slow_part
 from fleetd.collect.source import UNSUPPORTED_ON_SKU, GpuSource
 from fleetd.model import Reading
 
@@ -49,9 +49,7 @@ class XgmiCollector:
     board_level = True  # partition 0 only: NOT applicable on other partitions
 
     def __init__(self, slow_every: int = 1) -> None:
-        if slow_every < 1:
-            raise ValueError("slow_every must be at least 1")
-        self.slow_every = slow_every
+        self.slow_every = slow_every_of(slow_every)
 
     def collect(self, gpu: GpuSource, now: float) -> list[Reading]:
         out = Readings(gpu.identity, now)

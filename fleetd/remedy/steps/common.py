@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from fleetd.remedy.messages import Command, Event, Record
+from fleetd.remedy.messages import Command, Event, Record, WorkerResult
 from fleetd.remedy.run import Run, RunState, WorkerPhase
 
 Step = tuple[Run, list[Command]]
@@ -40,6 +40,13 @@ def workers_in(run: Run, *phases: WorkerPhase) -> list[str]:
     return [w.name for w in run.workers if w.phase in phases]
 
 
+def awaited(run: Run, worker: str, *phases: WorkerPhase) -> bool:
+    """Whether ``worker`` is one of the run's and in one of ``phases`` (an answer for a
+    worker that has moved on, or was never the run's, is ignored)."""
+    w = run.worker(worker)
+    return w is not None and w.phase in phases
+
+
 def all_in(run: Run, *phases: WorkerPhase) -> bool:
     return all(w.phase in phases for w in run.workers)
 
@@ -50,27 +57,27 @@ def add_evidence(run: Run, *lines: str) -> Run:
 
 def worker_outcome(
     run: Run,
-    worker: str,
-    error: str | None,
+    result: WorkerResult,
     *,
     done: tuple[WorkerPhase, str, str],
     failed: tuple[WorkerPhase, str, str],
     evidence: str | None = None,
     **done_fields: Any,
 ) -> tuple[Run, list[Command]]:
-    """One worker's command came back: move it to the done or failed phase and record it.
+    """One worker's command came back (``result``): move the worker to the done or failed
+    phase and record it.
 
     ``done`` and ``failed`` are (phase, record kind, record text); a failure is a warning
     and, with ``evidence``, also a line of the run's evidence.
     """
-    if error is not None:
+    if result.error is not None:
         phase, kind, text = failed
-        run = set_worker(run, worker, phase=phase, detail=error)
+        run = set_worker(run, result.worker, phase=phase, detail=result.error)
         if evidence is not None:
             run = add_evidence(run, evidence)
         return run, [Record(kind, text, severity="warning")]
     phase, kind, text = done
-    return set_worker(run, worker, phase=phase, **done_fields), [Record(kind, text)]
+    return set_worker(run, result.worker, phase=phase, **done_fields), [Record(kind, text)]
 
 
 def name_list(names: list[str] | tuple[str, ...]) -> str:

@@ -33,6 +33,7 @@ from fleetd.remedy.steps.common import (
     add_evidence,
     after,
     all_in,
+    awaited,
     enter,
     gpu_list,
     name_list,
@@ -144,8 +145,7 @@ def on_planned(run: Run, event: Event, now: float) -> Step:
 
 def on_unrouting(run: Run, event: Event, now: float) -> Step:
     if isinstance(event, UnrouteResult):
-        w = run.worker(event.worker)
-        if w is None or w.phase is not WorkerPhase.UNROUTING:
+        if not awaited(run, event.worker, WorkerPhase.UNROUTING):
             return run, []
         if event.error is not None:
             run = set_worker(run, event.worker, detail=event.error)
@@ -224,13 +224,11 @@ def on_quiescing(run: Run, event: Event, now: float) -> Step:
 
 def on_stopping(run: Run, event: Event, now: float) -> Step:
     if isinstance(event, StopResult):
-        w = run.worker(event.worker)
-        if w is None or w.phase is not WorkerPhase.STOPPING:
+        if not awaited(run, event.worker, WorkerPhase.STOPPING):
             return run, []
         run, cmds = worker_outcome(
             run,
-            event.worker,
-            event.error,
+            event,
             done=(
                 WorkerPhase.STOPPED,
                 "worker_stopped",

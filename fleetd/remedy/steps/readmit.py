@@ -23,6 +23,7 @@ from fleetd.remedy.steps.common import (
     add_evidence,
     after,
     all_in,
+    awaited,
     enter,
     name_list,
     set_worker,
@@ -56,13 +57,11 @@ def start_readmitting(run: Run, now: float) -> Step:
 
 def on_starting(run: Run, event: Event, now: float) -> Step:
     if isinstance(event, StartResult):
-        w = run.worker(event.worker)
-        if w is None or w.phase is not WorkerPhase.STARTING:
+        if not awaited(run, event.worker, WorkerPhase.STARTING):
             return run, []
         run, cmds = worker_outcome(
             run,
-            event.worker,
-            event.error,
+            event,
             done=(WorkerPhase.STARTED, "worker_started", f"{event.worker} started"),
             failed=(WorkerPhase.FAILED, "worker_start_failed", f"{event.worker}: {event.error}"),
             evidence=f"starting {event.worker} failed: {event.error}",
@@ -134,8 +133,7 @@ def _conclude_readmission(run: Run, now: float) -> Step:
 def on_await_ready(run: Run, event: Event, now: float) -> Step:
     s = run.settings
     if isinstance(event, ReadyResult):
-        w = run.worker(event.worker)
-        if w is None or w.phase is not WorkerPhase.STARTED:
+        if not awaited(run, event.worker, WorkerPhase.STARTED):
             return run, []
         if not event.ready:
             run = set_worker(run, event.worker, detail=event.detail)
@@ -154,13 +152,11 @@ def on_await_ready(run: Run, event: Event, now: float) -> Step:
             cmds.append(Record("worker_benchmark", f"{event.worker}: {event.benchmark}"))
         return run, [*cmds, Reroute(event.worker)]
     if isinstance(event, RerouteResult):
-        w = run.worker(event.worker)
-        if w is None or w.phase is not WorkerPhase.READY:
+        if not awaited(run, event.worker, WorkerPhase.READY):
             return run, []
         run, cmds = worker_outcome(
             run,
-            event.worker,
-            event.error,
+            event,
             done=(WorkerPhase.REROUTED, "worker_rerouted", f"{event.worker} back in rotation"),
             failed=(
                 WorkerPhase.FAILED,

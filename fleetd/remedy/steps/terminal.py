@@ -22,6 +22,7 @@ from fleetd.remedy.steps import evidence
 from fleetd.remedy.steps.common import (
     Step,
     after,
+    awaited,
     enter,
     gpu_list,
     name_list,
@@ -149,13 +150,11 @@ def cancel(run: Run, event: Cancel, now: float) -> Step:
 
 def on_rolling_back(run: Run, event: Event, now: float) -> Step:
     if isinstance(event, RerouteResult):
-        w = run.worker(event.worker)
-        if w is None or w.phase not in (WorkerPhase.UNROUTING, WorkerPhase.UNROUTED):
+        if not awaited(run, event.worker, WorkerPhase.UNROUTING, WorkerPhase.UNROUTED):
             return run, []
         run, cmds = worker_outcome(
             run,
-            event.worker,
-            event.error,
+            event,
             done=(WorkerPhase.SERVING, "worker_rerouted", f"{event.worker} back in rotation"),
             failed=(WorkerPhase.FAILED, "worker_reroute_failed", f"{event.worker}: {event.error}"),
             evidence=f"putting {event.worker} back failed: {event.error}",
