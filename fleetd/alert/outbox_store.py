@@ -27,7 +27,7 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     BigInteger,
@@ -36,6 +36,8 @@ from sqlalchemy import (
     Float,
     Index,
     Integer,
+    RowMapping,
+    Select,
     SmallInteger,
     String,
     Table,
@@ -53,6 +55,7 @@ from sqlalchemy import (
 from fleetd.alert.notification import AlertRecord, MessageRef
 from fleetd.model import make_labels
 from fleetd.store.db import Database
+from fleetd.store.rows import batches
 from fleetd.store.schema import METADATA
 from fleetd.store.upsert import upsert
 
@@ -141,7 +144,6 @@ thread_refs_table = Table(
     Column("created_at", Float, nullable=False),
 )
 
-T = TypeVar("T")
 PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
 URGENT, INFORMATIONAL = 0, 1  # outbox priorities: lower goes first
 RATE_LIMITED = 429
@@ -212,6 +214,11 @@ class OutboxStore:
     def __init__(self, db: Database) -> None:
         self.db = db
 
+    def _rows(self, query: Select[Any]) -> Sequence[RowMapping]:
+        """The rows ``query`` selects, read outside any write transaction."""
+        with self.db.engine.connect() as conn:
+            return conn.execute(query).mappings().all()
+
     # ------------------------------------------------------------------------------ alerts
     def upsert_alerts(self, conn: Connection, records: Sequence[AlertRecord], now: float) -> None:
         if not records:
@@ -219,7 +226,7 @@ class OutboxStore:
         t = alerts_table
         fps = [r.fingerprint for r in records]
         existing: set[str] = set()
-        for chunk in _chunks(fps, 500):
+        for chunk in batches(fps, 500):
             existing.update(
                 conn.execute(select(t.c.fingerprint).where(t.c.fingerprint.in_(chunk))).scalars()
             )
@@ -232,9 +239,6 @@ class OutboxStore:
             conn.execute(update(t).where(t.c.fingerprint == row["fingerprint"]).values(**row))
 
     def load_alerts(self) -> list[AlertRecord]:
-        t = alerts_table
-        with self.db.engine.connect() as conn:
-            rows = conn.execute(select(t)).mappings().all()
         return [
             AlertRecord(
                 fingerprint=r["fingerprint"],
@@ -248,27 +252,24 @@ class OutboxStore:
                 ends_at=r["ends_at"],
                 received_at=r["received_at"],
             )
-            for r in rows
+            for r in self._rows(select(alerts_table))
         ]
 
     def delete_alerts(self, conn: Connection, fingerprints: Iterable[str]) -> None:
         """Forget alerts that have nothing left to notify, with their per-alert logs."""
-        for chunk in _chunks(list(fingerprints), 500):
+        for chunk in batches(fingerprints, 500):
             conn.execute(delete(alerts_table).where(alerts_table.c.fingerprint.in_(chunk)))
             conn.execute(delete(alert_log_table).where(alert_log_table.c.fingerprint.in_(chunk)))
 
     # ------------------------------------------------------------------------- notify logs
     def load_group_log(self) -> dict[tuple[str, str], GroupLogEntry]:
-        t = group_log_table
-        with self.db.engine.connect() as conn:
-            rows = conn.execute(select(t)).mappings().all()
         return {
             (r["integration"], r["group_hash"]): GroupLogEntry(
                 frozenset(json.loads(r["firing"])),
                 frozenset(json.loads(r["resolved"])),
                 r["sent_at"],
             )
-            for r in rows
+            for r in self._rows(select(group_log_table))
         }
 
     def put_group_log(
@@ -302,14 +303,11 @@ class OutboxStore:
         conn.execute(delete(alert_log_table).where(alert_log_table.c.integration == integration))
 
     def load_alert_log(self) -> dict[tuple[str, str], AlertLogEntry]:
-        t = alert_log_table
-        with self.db.engine.connect() as conn:
-            rows = conn.execute(select(t)).mappings().all()
         return {
             (r["integration"], r["fingerprint"]): AlertLogEntry(
                 r["status"], r["starts_at"], r["sent_at"]
             )
-            for r in rows
+            for r in self._rows(select(alert_log_table))
         }
 
     def put_alert_log(
@@ -374,8 +372,7 @@ class OutboxStore:
             .order_by(t.c.priority, t.c.id)
             .limit(limit)
         )
-        with self.db.engine.connect() as conn:
-            return [OutboxEntry(**row) for row in conn.execute(query).mappings()]
+        return [OutboxEntry(**row) for row in self._rows(query)]
 
     def rate_limited_until(self, integration: str) -> float | None:
         """When the integration's last 429 lets it send again (the latest retry time of its
@@ -399,8 +396,7 @@ class OutboxStore:
         query = select(t).order_by(t.c.id)
         if integration is not None:
             query = query.where(t.c.integration == integration)
-        with self.db.engine.connect() as conn:
-            return [OutboxEntry(**row) for row in conn.execute(query).mappings()]
+        return [OutboxEntry(**row) for row in self._rows(query)]
 
     def mark_sending(self, entry_id: int, now: float) -> None:
         """Recorded before the HTTP call: a crash mid-send is visible after restart."""
@@ -483,7 +479,7 @@ class OutboxStore:
         t = refs_table
         out: dict[str, tuple[float, MessageRef]] = {}
         with self.db.engine.connect() as conn:
-            for chunk in _chunks(list(fingerprints), 500):
+            for chunk in batches(fingerprints, 500):
                 query = select(t).where(
                     and_(t.c.integration == integration, t.c.fingerprint.in_(chunk))
                 )
@@ -593,7 +589,7 @@ def _insert_new(
     t = outbox_table
     keyed = [(e.integration, e.dedup_id) for e in entries if e.dedup_id is not None]
     seen: set[tuple[str, str]] = set()
-    for chunk in _chunks(keyed, 200):
+    for chunk in batches(keyed, 200):
         found = conn.execute(
             select(t.c.integration, t.c.dedup_id).where(
                 tuple_(t.c.integration, t.c.dedup_id).in_(chunk)
@@ -620,8 +616,3 @@ def unseen(entries: Iterable[_Entry], seen: set[tuple[str, str]]) -> Iterator[_E
 def _set(conn: Connection, entry_id: int, **values: object) -> None:
     """Update one outbox entry's columns."""
     conn.execute(update(outbox_table).where(outbox_table.c.id == entry_id).values(**values))
-
-
-def _chunks(items: Sequence[T], size: int) -> Iterable[Sequence[T]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]

@@ -32,6 +32,7 @@ from fleetd.model import GpuIdentity, label_value
 from fleetd.remedy.messages import Record
 from fleetd.remedy.run import Plan, Run, RunState, UnitGpu
 from fleetd.store.db import Database
+from fleetd.store.rows import compact_json
 from fleetd.store.schema import METADATA
 from fleetd.store.upsert import upsert
 
@@ -174,7 +175,7 @@ class RmaUpdate:
                 {
                     "physical_action": rec.physical_action_needed,
                     "updated_at": rec.updated_at,
-                    "data": json.dumps(rec.to_dict(), separators=(",", ":")),
+                    "data": compact_json(rec.to_dict()),
                 },
             )
 

@@ -1,0 +1,34 @@
+"""What the stores built on the database share to move rows: IN-list batches, compact JSON
+columns, portable floats.
+
+A domain store (the alert outbox, the run journal, the alert state, the RMA records, the
+registry's tables) keeps its own tables and codecs; these are the pieces of row handling that
+are the same in all of them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Iterator
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def batches(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """``items`` in lists of at most ``size``: one ``IN (…)`` clause each, so a long list
+    stays under the database's limit on bound parameters."""
+    items = list(items)
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def compact_json(value: Any) -> str:
+    """A JSON column's text, without the spaces ``json.dumps`` puts after separators."""
+    return json.dumps(value, separators=(",", ":"))
+
+
+def finite(value: float | None) -> float | None:
+    """NaN and infinities are not portable across databases; they are stored as NULL."""
+    return value if value is not None and math.isfinite(value) else None
