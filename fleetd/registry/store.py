@@ -33,7 +33,6 @@ from sqlalchemy import (
     select,
     union_all,
 )
-from sqlalchemy.dialects import sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
 from fleetd.logs import get_logger
@@ -41,6 +40,7 @@ from fleetd.registry.drift import COMPONENTS, NodeVersions
 from fleetd.registry.reader import RegistryError, describe_error
 from fleetd.registry.summary import NodeSummary, summarize
 from fleetd.store.db import engine_url
+from fleetd.store.upsert import upsert
 
 log = get_logger("registry")
 
@@ -269,20 +269,10 @@ class RegistryPublisher:
             row["alerts_firing"] = json.dumps(list(alerts), sort_keys=True)
         if caps is not None:
             row["caps"] = json.dumps(list(caps), sort_keys=True)
-        dialect = self._engine.dialect.name
-        insert: Any = sqlite.insert
-        if dialect == "postgresql":  # imported here: a node without a registry never loads it
-            from sqlalchemy.dialects import postgresql
-
-            insert = postgresql.insert
-        stmt = insert(nodes_table).values(**row)
-        stmt = stmt.on_conflict_do_update(
-            index_elements=[nodes_table.c.node],
-            set_={k: stmt.excluded[k] for k in row if k != "node"},
-        )
+        key = {"node": row.pop("node")}
         try:
             with self._engine.begin() as conn:
-                conn.execute(stmt)
+                upsert(conn, nodes_table, key, row)
         except SQLAlchemyError as exc:
             raise RegistryError(f"cannot publish to the registry: {describe_error(exc)}") from None
         return summary
