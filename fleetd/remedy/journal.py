@@ -12,10 +12,9 @@ and are created alone in the shared PostgreSQL registry for fleet-wide ones
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from sqlalchemy import (
     Boolean,
@@ -37,7 +36,7 @@ from fleetd.remedy.codec import event_from_dict, event_to_dict, run_from_dict, r
 from fleetd.remedy.events import RemediationEvent
 from fleetd.remedy.run import Run
 from fleetd.store.db import Database
-from fleetd.store.rows import batches, compact_json
+from fleetd.store.rows import batches, compact_json, json_row, json_rows
 from fleetd.store.schema import METADATA
 from fleetd.store.upsert import upsert
 
@@ -237,11 +236,8 @@ class RunJournal:
 
     # ---- reads -------------------------------------------------------------------------
     def get(self, run_id: str) -> Run | None:
-        with self._db.read() as conn:
-            data = conn.execute(
-                select(runs_table.c.data).where(runs_table.c.run_id == run_id)
-            ).scalar_one_or_none()
-        return None if data is None else run_from_dict(json.loads(data))
+        query = select(runs_table.c.data).where(runs_table.c.run_id == run_id)
+        return json_row(self._db, query, run_from_dict)
 
     def last_seq(self, run_id: str) -> int:
         with self._db.read() as conn:
@@ -290,18 +286,10 @@ class RunJournal:
         return self._runs(query.limit(limit))
 
     def _runs(self, query: Select[tuple[str]]) -> list[Run]:
-        return self._decoded(query, run_from_dict)
+        return json_rows(self._db, query, run_from_dict)
 
     def _events(self, query: Select[tuple[str]]) -> list[RemediationEvent]:
-        return self._decoded(query, event_from_dict)
-
-    def _decoded(
-        self, query: Select[tuple[str]], decode: Callable[[dict[str, Any]], _K]
-    ) -> list[_K]:
-        """The JSON ``data`` column of each row ``query`` selects, decoded."""
-        with self._db.read() as conn:
-            rows = conn.execute(query).scalars().all()
-        return [decode(json.loads(str(r))) for r in rows]
+        return json_rows(self._db, query, event_from_dict)
 
     def counts(self, node: str) -> tuple[dict[tuple[str, str], int], int]:
         """Concluded runs by (plan, state), and the resets issued (dry runs excluded)."""

@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
+from sqlalchemy import Select
+
+from fleetd.store.db import Database
+
 T = TypeVar("T")
+Decode = Callable[[dict[str, Any]], T]
 
 
 def batches(items: Iterable[T], size: int) -> Iterator[list[T]]:
@@ -27,6 +32,20 @@ def batches(items: Iterable[T], size: int) -> Iterator[list[T]]:
 def compact_json(value: Any) -> str:
     """A JSON column's text, without the spaces ``json.dumps`` puts after separators."""
     return json.dumps(value, separators=(",", ":"))
+
+
+def json_rows(db: Database, query: Select[tuple[str]], decode: Decode[T]) -> list[T]:
+    """The JSON column ``query`` selects, of each row, decoded (one read transaction)."""
+    with db.read() as conn:
+        rows = conn.execute(query).scalars().all()
+    return [decode(json.loads(str(r))) for r in rows]
+
+
+def json_row(db: Database, query: Select[tuple[str]], decode: Decode[T]) -> T | None:
+    """The JSON column ``query`` selects, of the one row it finds, decoded; None if none."""
+    with db.read() as conn:
+        data = conn.execute(query).scalar_one_or_none()
+    return None if data is None else decode(json.loads(str(data)))
 
 
 def finite(value: float | None) -> float | None:
