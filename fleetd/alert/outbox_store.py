@@ -27,7 +27,7 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from sqlalchemy import (
     BigInteger,
@@ -36,8 +36,6 @@ from sqlalchemy import (
     Float,
     Index,
     Integer,
-    RowMapping,
-    Select,
     SmallInteger,
     String,
     Table,
@@ -55,7 +53,7 @@ from sqlalchemy import (
 from fleetd.alert.notification import AlertRecord, MessageRef
 from fleetd.model import make_labels
 from fleetd.store.db import Database
-from fleetd.store.rows import batches
+from fleetd.store.rows import batches, read_rows
 from fleetd.store.schema import METADATA
 from fleetd.store.upsert import upsert
 
@@ -214,11 +212,6 @@ class OutboxStore:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def _rows(self, query: Select[Any]) -> Sequence[RowMapping]:
-        """The rows ``query`` selects, read outside any write transaction."""
-        with self.db.engine.connect() as conn:
-            return conn.execute(query).mappings().all()
-
     # ------------------------------------------------------------------------------ alerts
     def upsert_alerts(self, conn: Connection, records: Sequence[AlertRecord], now: float) -> None:
         if not records:
@@ -252,7 +245,7 @@ class OutboxStore:
                 ends_at=r["ends_at"],
                 received_at=r["received_at"],
             )
-            for r in self._rows(select(alerts_table))
+            for r in read_rows(self.db, select(alerts_table))
         ]
 
     def delete_alerts(self, conn: Connection, fingerprints: Iterable[str]) -> None:
@@ -269,7 +262,7 @@ class OutboxStore:
                 frozenset(json.loads(r["resolved"])),
                 r["sent_at"],
             )
-            for r in self._rows(select(group_log_table))
+            for r in read_rows(self.db, select(group_log_table))
         }
 
     def put_group_log(
@@ -307,7 +300,7 @@ class OutboxStore:
             (r["integration"], r["fingerprint"]): AlertLogEntry(
                 r["status"], r["starts_at"], r["sent_at"]
             )
-            for r in self._rows(select(alert_log_table))
+            for r in read_rows(self.db, select(alert_log_table))
         }
 
     def put_alert_log(
@@ -372,7 +365,7 @@ class OutboxStore:
             .order_by(t.c.priority, t.c.id)
             .limit(limit)
         )
-        return [OutboxEntry(**row) for row in self._rows(query)]
+        return [OutboxEntry(**row) for row in read_rows(self.db, query)]
 
     def rate_limited_until(self, integration: str) -> float | None:
         """When the integration's last 429 lets it send again (the latest retry time of its
@@ -396,7 +389,7 @@ class OutboxStore:
         query = select(t).order_by(t.c.id)
         if integration is not None:
             query = query.where(t.c.integration == integration)
-        return [OutboxEntry(**row) for row in self._rows(query)]
+        return [OutboxEntry(**row) for row in read_rows(self.db, query)]
 
     def mark_sending(self, entry_id: int, now: float) -> None:
         """Recorded before the HTTP call: a crash mid-send is visible after restart."""

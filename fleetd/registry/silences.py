@@ -33,7 +33,7 @@ from fleetd.alert.matchers import (
     matchers_from_column,
     parse_matcher,
 )
-from fleetd.alert.silence_store import Silence, silence_from_row, silence_row
+from fleetd.alert.silence_store import Silence, check_window, silence_from_row, silence_row
 from fleetd.model import Labels
 from fleetd.query import Matcher, matches_all
 from fleetd.registry.book import RegistryBook, audit, selects_node
@@ -169,10 +169,7 @@ def check_silence(
             "a fleet silence's matchers must not all match an empty label set "
             "(it would silence every alert of the fleet)"
         )
-    if ends_at <= starts_at:
-        raise ValueError("a silence must end after it starts")
-    if ends_at <= now:
-        raise ValueError("a silence must end in the future")
+    check_window(starts_at, ends_at, now)
     if not created_by.strip():
         raise ValueError("a silence needs an author")
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import Select
+from sqlalchemy import RowMapping, Select
 
 from fleetd.store.db import Database
 
@@ -32,6 +32,12 @@ def batches(items: Iterable[T], size: int) -> Iterator[list[T]]:
 def compact_json(value: Any) -> str:
     """A JSON column's text, without the spaces ``json.dumps`` puts after separators."""
     return json.dumps(value, separators=(",", ":"))
+
+
+def read_rows(db: Database, query: Select[Any]) -> Sequence[RowMapping]:
+    """The rows ``query`` selects, read on a connection of their own (no write transaction)."""
+    with db.engine.connect() as conn:
+        return conn.execute(query).mappings().all()
 
 
 def json_rows(db: Database, query: Select[tuple[str]], decode: Decode[T]) -> list[T]:
