@@ -547,21 +547,32 @@ def _alert_row(record: AlertRecord, now: float) -> dict[str, object]:
     }
 
 
+def pending_entry(entry: NewEntry, now: float, entry_id: int = 0) -> OutboxEntry:
+    """``entry`` queued at ``now``, before its first attempt (``entry_id``: the memory lane's;
+    in the database the row's id is the database's)."""
+    return OutboxEntry(
+        id=entry_id,
+        integration=entry.integration,
+        receiver=entry.receiver,
+        kind=entry.kind,
+        action=entry.action,
+        group_key=entry.group_key,
+        dedup_id=entry.dedup_id,
+        payload=entry.payload,
+        status=PENDING,
+        priority=entry.priority,
+        created_at=now,
+        due_at=now,
+        attempts=0,
+        sending_since=None,
+        last_error=None,
+        last_status_code=None,
+        finished_at=None,
+    )
+
+
 def _entry_row(entry: NewEntry, now: float) -> dict[str, object]:
-    return {
-        "integration": entry.integration,
-        "receiver": entry.receiver,
-        "kind": entry.kind,
-        "action": entry.action,
-        "group_key": entry.group_key,
-        "dedup_id": entry.dedup_id,
-        "payload": entry.payload,
-        "status": PENDING,
-        "priority": entry.priority,
-        "created_at": now,
-        "due_at": now,
-        "attempts": 0,
-    }
+    return _restored_row(pending_entry(entry, now))
 
 
 def _restored_row(entry: OutboxEntry) -> dict[str, object]:
