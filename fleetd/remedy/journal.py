@@ -12,7 +12,8 @@ and are created alone in the shared PostgreSQL registry for fleet-wide ones
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -150,9 +151,14 @@ class RunJournal:
         self._holding: dict[str, tuple[int, tuple[Run, ...]]] = {}
         self._pause: dict[str, tuple[int, PauseState]] = {}
 
-    def _written(self) -> None:
-        """A write ended (committed or not): what was kept is read afresh."""
-        self._generation += 1
+    @contextmanager
+    def _writing(self) -> Iterator[Connection]:
+        """A write transaction; when it ends (committed or not) what was kept is read afresh."""
+        try:
+            with self._db.begin() as conn:
+                yield conn
+        finally:
+            self._generation += 1
 
     # ---- writes ------------------------------------------------------------------------
     def save(
@@ -177,18 +183,15 @@ class RunJournal:
             "updated_at": run.entered_at,
             "data": compact_json(run_to_dict(run)),
         }
-        try:
-            with self._db.begin() as conn:
-                last = conn.execute(
-                    select(runs_table.c.last_seq).where(runs_table.c.run_id == run.run_id)
-                ).scalar_one_or_none()
-                seq = max([last or 0, *(e.seq for e in events)])
-                upsert(conn, runs_table, {"run_id": run.run_id}, {"last_seq": seq, **row})
-                self._insert_events(conn, events)
-                if also is not None:
-                    also(conn)
-        finally:
-            self._written()
+        with self._writing() as conn:
+            last = conn.execute(
+                select(runs_table.c.last_seq).where(runs_table.c.run_id == run.run_id)
+            ).scalar_one_or_none()
+            seq = max([last or 0, *(e.seq for e in events)])
+            upsert(conn, runs_table, {"run_id": run.run_id}, {"last_seq": seq, **row})
+            self._insert_events(conn, events)
+            if also is not None:
+                also(conn)
 
     def append_events(self, events: Sequence[RemediationEvent]) -> None:
         """Append events that change no run (node-level, or a note on a finished run)."""
@@ -366,8 +369,5 @@ class RunJournal:
 
     def set_paused(self, node: str, state: PauseState) -> None:
         values = {"paused": state.paused, "by": state.by, "reason": state.reason, "at": state.at}
-        try:
-            with self._db.begin() as conn:
-                upsert(conn, control_table, {"node": node}, values)
-        finally:
-            self._written()
+        with self._writing() as conn:
+            upsert(conn, control_table, {"node": node}, values)
