@@ -8,6 +8,7 @@ regular expression must match the whole value.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
@@ -84,6 +85,16 @@ def matcher_from_dict(data: dict[str, Any]) -> Matcher:
 
 def parse_matchers(texts: Iterable[str]) -> tuple[Matcher, ...]:
     return tuple(parse_matcher(t) for t in texts)
+
+
+def matchers_column(matchers: Iterable[Matcher]) -> str:
+    """Matchers as a table column: a JSON list of their text."""
+    return json.dumps([format_matcher(m) for m in matchers])
+
+
+def matchers_from_column(text: str) -> tuple[Matcher, ...]:
+    """``matchers_column``'s inverse."""
+    return parse_matchers(json.loads(text))
 
 
 def matches(labels: Labels, matchers: Sequence[Matcher]) -> bool:

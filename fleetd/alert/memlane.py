@@ -34,6 +34,7 @@ from fleetd.alert.outbox_store import (
     SYNC_GROUP,
     NewEntry,
     OutboxEntry,
+    pending_entry,
     unseen,
 )
 
@@ -88,25 +89,7 @@ class MemoryOutbox:
 
     @_locked
     def _put(self, new: NewEntry, now: float) -> OutboxEntry:
-        entry = OutboxEntry(
-            id=self._next_id,
-            integration=new.integration,
-            receiver=new.receiver,
-            kind=new.kind,
-            action=new.action,
-            group_key=new.group_key,
-            dedup_id=new.dedup_id,
-            payload=new.payload,
-            status=PENDING,
-            priority=new.priority,
-            created_at=now,
-            due_at=now,
-            attempts=0,
-            sending_since=None,
-            last_error=None,
-            last_status_code=None,
-            finished_at=None,
-        )
+        entry = pending_entry(new, now, self._next_id)
         self._next_id += 1
         self._entries[entry.id] = entry
         self._bound()

@@ -53,6 +53,7 @@ from sqlalchemy import (
 from fleetd.alert.notification import AlertRecord, MessageRef
 from fleetd.model import make_labels
 from fleetd.store.db import Database
+from fleetd.store.rows import batches, read_rows
 from fleetd.store.schema import METADATA
 from fleetd.store.upsert import upsert
 
@@ -141,7 +142,6 @@ thread_refs_table = Table(
     Column("created_at", Float, nullable=False),
 )
 
-T = TypeVar("T")
 PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
 URGENT, INFORMATIONAL = 0, 1  # outbox priorities: lower goes first
 RATE_LIMITED = 429
@@ -219,7 +219,7 @@ class OutboxStore:
         t = alerts_table
         fps = [r.fingerprint for r in records]
         existing: set[str] = set()
-        for chunk in _chunks(fps, 500):
+        for chunk in batches(fps, 500):
             existing.update(
                 conn.execute(select(t.c.fingerprint).where(t.c.fingerprint.in_(chunk))).scalars()
             )
@@ -232,9 +232,6 @@ class OutboxStore:
             conn.execute(update(t).where(t.c.fingerprint == row["fingerprint"]).values(**row))
 
     def load_alerts(self) -> list[AlertRecord]:
-        t = alerts_table
-        with self.db.engine.connect() as conn:
-            rows = conn.execute(select(t)).mappings().all()
         return [
             AlertRecord(
                 fingerprint=r["fingerprint"],
@@ -248,27 +245,24 @@ class OutboxStore:
                 ends_at=r["ends_at"],
                 received_at=r["received_at"],
             )
-            for r in rows
+            for r in read_rows(self.db, select(alerts_table))
         ]
 
     def delete_alerts(self, conn: Connection, fingerprints: Iterable[str]) -> None:
         """Forget alerts that have nothing left to notify, with their per-alert logs."""
-        for chunk in _chunks(list(fingerprints), 500):
+        for chunk in batches(fingerprints, 500):
             conn.execute(delete(alerts_table).where(alerts_table.c.fingerprint.in_(chunk)))
             conn.execute(delete(alert_log_table).where(alert_log_table.c.fingerprint.in_(chunk)))
 
     # ------------------------------------------------------------------------- notify logs
     def load_group_log(self) -> dict[tuple[str, str], GroupLogEntry]:
-        t = group_log_table
-        with self.db.engine.connect() as conn:
-            rows = conn.execute(select(t)).mappings().all()
         return {
             (r["integration"], r["group_hash"]): GroupLogEntry(
                 frozenset(json.loads(r["firing"])),
                 frozenset(json.loads(r["resolved"])),
                 r["sent_at"],
             )
-            for r in rows
+            for r in read_rows(self.db, select(group_log_table))
         }
 
     def put_group_log(
@@ -302,14 +296,11 @@ class OutboxStore:
         conn.execute(delete(alert_log_table).where(alert_log_table.c.integration == integration))
 
     def load_alert_log(self) -> dict[tuple[str, str], AlertLogEntry]:
-        t = alert_log_table
-        with self.db.engine.connect() as conn:
-            rows = conn.execute(select(t)).mappings().all()
         return {
             (r["integration"], r["fingerprint"]): AlertLogEntry(
                 r["status"], r["starts_at"], r["sent_at"]
             )
-            for r in rows
+            for r in read_rows(self.db, select(alert_log_table))
         }
 
     def put_alert_log(
@@ -374,8 +365,7 @@ class OutboxStore:
             .order_by(t.c.priority, t.c.id)
             .limit(limit)
         )
-        with self.db.engine.connect() as conn:
-            return [OutboxEntry(**row) for row in conn.execute(query).mappings()]
+        return [OutboxEntry(**row) for row in read_rows(self.db, query)]
 
     def rate_limited_until(self, integration: str) -> float | None:
         """When the integration's last 429 lets it send again (the latest retry time of its
@@ -399,8 +389,7 @@ class OutboxStore:
         query = select(t).order_by(t.c.id)
         if integration is not None:
             query = query.where(t.c.integration == integration)
-        with self.db.engine.connect() as conn:
-            return [OutboxEntry(**row) for row in conn.execute(query).mappings()]
+        return [OutboxEntry(**row) for row in read_rows(self.db, query)]
 
     def mark_sending(self, entry_id: int, now: float) -> None:
         """Recorded before the HTTP call: a crash mid-send is visible after restart."""
@@ -483,7 +472,7 @@ class OutboxStore:
         t = refs_table
         out: dict[str, tuple[float, MessageRef]] = {}
         with self.db.engine.connect() as conn:
-            for chunk in _chunks(list(fingerprints), 500):
+            for chunk in batches(fingerprints, 500):
                 query = select(t).where(
                     and_(t.c.integration == integration, t.c.fingerprint.in_(chunk))
                 )
@@ -558,21 +547,32 @@ def _alert_row(record: AlertRecord, now: float) -> dict[str, object]:
     }
 
 
+def pending_entry(entry: NewEntry, now: float, entry_id: int = 0) -> OutboxEntry:
+    """``entry`` queued at ``now``, before its first attempt (``entry_id``: the memory lane's;
+    in the database the row's id is the database's)."""
+    return OutboxEntry(
+        id=entry_id,
+        integration=entry.integration,
+        receiver=entry.receiver,
+        kind=entry.kind,
+        action=entry.action,
+        group_key=entry.group_key,
+        dedup_id=entry.dedup_id,
+        payload=entry.payload,
+        status=PENDING,
+        priority=entry.priority,
+        created_at=now,
+        due_at=now,
+        attempts=0,
+        sending_since=None,
+        last_error=None,
+        last_status_code=None,
+        finished_at=None,
+    )
+
+
 def _entry_row(entry: NewEntry, now: float) -> dict[str, object]:
-    return {
-        "integration": entry.integration,
-        "receiver": entry.receiver,
-        "kind": entry.kind,
-        "action": entry.action,
-        "group_key": entry.group_key,
-        "dedup_id": entry.dedup_id,
-        "payload": entry.payload,
-        "status": PENDING,
-        "priority": entry.priority,
-        "created_at": now,
-        "due_at": now,
-        "attempts": 0,
-    }
+    return _restored_row(pending_entry(entry, now))
 
 
 def _restored_row(entry: OutboxEntry) -> dict[str, object]:
@@ -593,7 +593,7 @@ def _insert_new(
     t = outbox_table
     keyed = [(e.integration, e.dedup_id) for e in entries if e.dedup_id is not None]
     seen: set[tuple[str, str]] = set()
-    for chunk in _chunks(keyed, 200):
+    for chunk in batches(keyed, 200):
         found = conn.execute(
             select(t.c.integration, t.c.dedup_id).where(
                 tuple_(t.c.integration, t.c.dedup_id).in_(chunk)
@@ -620,8 +620,3 @@ def unseen(entries: Iterable[_Entry], seen: set[tuple[str, str]]) -> Iterator[_E
 def _set(conn: Connection, entry_id: int, **values: object) -> None:
     """Update one outbox entry's columns."""
     conn.execute(update(outbox_table).where(outbox_table.c.id == entry_id).values(**values))
-
-
-def _chunks(items: Sequence[T], size: int) -> Iterable[Sequence[T]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]

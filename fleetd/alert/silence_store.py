@@ -31,6 +31,7 @@ from fleetd.alert.matchers import format_matcher, parse_matcher
 from fleetd.model import Labels
 from fleetd.query import Matcher, matches_all
 from fleetd.store.db import Database
+from fleetd.store.rows import read_rows
 from fleetd.store.schema import METADATA
 from fleetd.store.upsert import upsert
 
@@ -136,16 +137,14 @@ class SilenceStore:
 
     def get(self, silence_id: str) -> Silence | None:
         t = silences_table
-        with self.db.engine.connect() as conn:
-            row = conn.execute(select(t).where(t.c.id == silence_id)).mappings().first()
-        return None if row is None else silence_from_row(row)
+        rows = read_rows(self.db, select(t).where(t.c.id == silence_id))
+        return silence_from_row(rows[0]) if rows else None
 
     def all(self, now: float | None = None, state: SilenceState | None = None) -> list[Silence]:
         """Every silence, newest first; with ``state`` only those in that state at ``now``."""
         t = silences_table
-        with self.db.engine.connect() as conn:
-            rows = conn.execute(select(t).order_by(t.c.created_at.desc(), t.c.id)).mappings()
-            found = [silence_from_row(r) for r in rows]
+        rows = read_rows(self.db, select(t).order_by(t.c.created_at.desc(), t.c.id))
+        found = [silence_from_row(r) for r in rows]
         if state is None:
             return found
         if now is None:
@@ -154,9 +153,7 @@ class SilenceStore:
 
     def not_expired(self, now: float) -> list[Silence]:
         t = silences_table
-        with self.db.engine.connect() as conn:
-            rows = conn.execute(select(t).where(t.c.ends_at > now)).mappings()
-            return [silence_from_row(r) for r in rows]
+        return [silence_from_row(r) for r in read_rows(self.db, select(t).where(t.c.ends_at > now))]
 
     def expire(self, silence_id: str, now: float) -> Silence:
         """End a silence now (a pending one ends before it began); KeyError if unknown."""
@@ -202,14 +199,12 @@ class SilenceStore:
 
     def acknowledgements(self) -> list[Acknowledgement]:
         t = acks_table
-        with self.db.engine.connect() as conn:
-            rows = conn.execute(select(t).order_by(t.c.created_at)).mappings()
-            return [
-                Acknowledgement(
-                    r["fingerprint"], r["starts_at"], r["author"], r["comment"], r["created_at"]
-                )
-                for r in rows
-            ]
+        return [
+            Acknowledgement(
+                r["fingerprint"], r["starts_at"], r["author"], r["comment"], r["created_at"]
+            )
+            for r in read_rows(self.db, select(t).order_by(t.c.created_at))
+        ]
 
     def forget_acknowledgements(self, fingerprints: list[str]) -> None:
         if not fingerprints:
@@ -226,12 +221,17 @@ def _check(
         raise ValueError("a silence needs at least one matcher")
     if all(m.matches(()) for m in matchers):
         raise ValueError("a silence's matchers must not all match an empty label set")
+    check_window(starts_at, ends_at, now)
+    if not created_by.strip():
+        raise ValueError("a silence needs an author (created_by)")
+
+
+def check_window(starts_at: float, ends_at: float, now: float) -> None:
+    """ValueError when a silence (a node's or the fleet's) ends before it starts or has ended."""
     if ends_at <= starts_at:
         raise ValueError("a silence must end after it starts")
     if ends_at <= now:
         raise ValueError("a silence must end in the future")
-    if not created_by.strip():
-        raise ValueError("a silence needs an author (created_by)")
 
 
 def silence_json(silence: Silence) -> dict[str, Any]:

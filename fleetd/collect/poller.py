@@ -84,9 +84,7 @@ class _Job:
                     readings = collector.collect(gpu, now)
                 except Exception as exc:  # a collector bug fails that collector alone
                     readings, error = [], f"{type(exc).__name__}: {exc}"
-                    log.error(
-                        "collector_failed", collector=name, gpu=identity.index, error=error
-                    )
+                    log.error("collector_failed", collector=name, gpu=identity.index, error=error)
                 outcome = _Outcome(readings, timer() - start, error)
                 with lock:
                     if self.abandoned:
@@ -290,7 +288,6 @@ class Poller:
             readings.extend(got)
         present = gpu.present  # a call may have found the GPU gone mid-poll
         responsive = present and complete
-        readings.extend(self._gpu_readings(identity, now, responsive, missing_by))
         error: str | None = None
         if not present:
             error = REASON_GPU_MISSING
@@ -300,14 +297,7 @@ class Poller:
                 call = f"{running[1]} on {running[0]}"  # a sibling partition's call holds it
             error = f"timeout after {self._timeout}s in {call}"
             log.warning("gpu_poll_timeout", gpu=identity.index, bdf=bdf, call=call)
-        status = GpuStatus(
-            gpu=identity,
-            present=present,
-            responsive=responsive,
-            missing_readings=sum(missing_by.values()),
-            error=error,
-        )
-        return status, readings
+        return self._status(identity, now, readings, missing_by, present, responsive, error)
 
     def _absent(
         self, identity: GpuIdentity, gpu: GpuSource, now: float, reason: str, *, present: bool
@@ -326,13 +316,26 @@ class Poller:
                 got = collector.collect(gpu, now)
             missing_by[collector.name] = sum(1 for r in got if r.value is None)
             readings.extend(got)
-        readings.extend(self._gpu_readings(identity, now, False, missing_by))
+        return self._status(identity, now, readings, missing_by, present, False, reason)
+
+    def _status(
+        self,
+        identity: GpuIdentity,
+        now: float,
+        readings: list[Reading],
+        missing_by: dict[str, int],
+        present: bool,
+        responsive: bool,
+        error: str | None,
+    ) -> tuple[GpuStatus, list[Reading]]:
+        """The GPU's status, and ``readings`` with its gpu_up and per-collector missing counts."""
+        readings.extend(self._gpu_readings(identity, now, responsive, missing_by))
         status = GpuStatus(
             gpu=identity,
             present=present,
-            responsive=False,
+            responsive=responsive,
             missing_readings=sum(missing_by.values()),
-            error=reason,
+            error=error,
         )
         return status, readings
 

@@ -5,12 +5,14 @@ the audit row of every change, and closing."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from sqlalchemy import Engine, Executable, Insert, RowMapping, Table, insert, inspect
 from sqlalchemy.exc import SQLAlchemyError
 
+from fleetd.model import make_labels
+from fleetd.query import Matcher, matches_all
 from fleetd.registry.reader import RegistryError, describe_error
 from fleetd.registry.store import REGISTRY_METADATA, _engine, audit_table
 
@@ -20,6 +22,11 @@ def audit(now: float, actor: str, action: str, subject: str, detail: Any) -> Ins
     return insert(audit_table).values(
         at=now, actor=actor[:255], action=action, subject=subject, detail=json.dumps(detail)
     )
+
+
+def selects_node(node_matchers: Sequence[Matcher], node: str, labels: Mapping[str, str]) -> bool:
+    """Whether a row's node matchers accept this node (its name and ``node.labels``)."""
+    return matches_all(make_labels({**labels, "node": node}), node_matchers)
 
 
 class RegistryBook:

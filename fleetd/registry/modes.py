@@ -21,10 +21,9 @@ from typing import Any
 
 from sqlalchemy import insert, select
 
-from fleetd.alert.matchers import format_matcher, parse_matcher
-from fleetd.model import make_labels
-from fleetd.query import Matcher, matches_all
-from fleetd.registry.book import RegistryBook, audit
+from fleetd.alert.matchers import format_matcher, matchers_from_column
+from fleetd.query import Matcher
+from fleetd.registry.book import RegistryBook, audit, selects_node
 from fleetd.registry.store import audit_table, modes_table
 
 MODES = ("off", "dry-run", "on", "local")
@@ -43,7 +42,7 @@ class FleetMode:
     created_at: float
 
     def applies_to(self, node: str, labels: Mapping[str, str]) -> bool:
-        return matches_all(make_labels({**labels, "node": node}), self.node_matchers)
+        return selects_node(self.node_matchers, node, labels)
 
 
 def mode_for(modes: Sequence[FleetMode], node: str, labels: Mapping[str, str]) -> str | None:
@@ -113,7 +112,7 @@ class FleetModeBook(RegistryBook):
 def _wave(row: Any) -> FleetMode:
     return FleetMode(
         row["id"],
-        tuple(parse_matcher(m) for m in json.loads(row["node_matchers"])),
+        matchers_from_column(row["node_matchers"]),
         row["mode"],
         row["created_by"],
         row["comment"],

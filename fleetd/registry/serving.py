@@ -9,7 +9,6 @@ lives with the node-local one (``fleetd.vllm.fleet``); this module only moves ro
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Collection, Sequence
 
 from sqlalchemy import Column, Engine, Float, Index, String, Table, Text, select
@@ -17,6 +16,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from fleetd.registry.reader import RegistryError, describe_error
 from fleetd.registry.store import REGISTRY_METADATA
+from fleetd.store.rows import finite
 from fleetd.vllm.fleet import ServingFigure
 
 MAX_ROWS_PER_NODE = 64
@@ -42,10 +42,6 @@ serving_table = Table(
 )
 
 
-def _num(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None
-
-
 def publish_serving(engine: Engine, node: str, figures: Sequence[ServingFigure]) -> None:
     """Replace ``node``'s rows with ``figures`` (the first ``MAX_ROWS_PER_NODE``), each
     stamped with the time its figures were taken (none: the node's rows are removed)."""
@@ -58,11 +54,11 @@ def publish_serving(engine: Engine, node: str, figures: Sequence[ServingFigure])
             "hive": f.hive,
             "gpus": json.dumps(list(f.gpus)),
             "at": f.at,
-            "per_token_s": _num(f.per_token_s),
-            "tokens_per_joule": _num(f.tokens_per_joule),
-            "clock_hz": _num(f.clock_hz),
-            "throttle": _num(f.throttle),
-            "batch": _num(f.batch),
+            "per_token_s": finite(f.per_token_s),
+            "tokens_per_joule": finite(f.tokens_per_joule),
+            "clock_hz": finite(f.clock_hz),
+            "throttle": finite(f.throttle),
+            "batch": finite(f.batch),
         }
         for f in figures[:MAX_ROWS_PER_NODE]
     ]

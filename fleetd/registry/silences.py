@@ -27,11 +27,16 @@ from sqlalchemy import (
     update,
 )
 
-from fleetd.alert.matchers import format_matcher, parse_matcher
-from fleetd.alert.silence_store import Silence, silence_from_row, silence_row
-from fleetd.model import Labels, make_labels
+from fleetd.alert.matchers import (
+    format_matcher,
+    matchers_column,
+    matchers_from_column,
+    parse_matcher,
+)
+from fleetd.alert.silence_store import Silence, check_window, silence_from_row, silence_row
+from fleetd.model import Labels
 from fleetd.query import Matcher, matches_all
-from fleetd.registry.book import RegistryBook, audit
+from fleetd.registry.book import RegistryBook, audit, selects_node
 from fleetd.registry.store import (
     acks_table,
     audit_table,
@@ -80,7 +85,7 @@ class FleetSilence:
 
     def applies_to(self, node: str, labels: Mapping[str, str]) -> bool:
         """Whether this node (its name and ``node.labels``) is one the silence names."""
-        return matches_all(make_labels({**labels, "node": node}), self.node_matchers)
+        return selects_node(self.node_matchers, node, labels)
 
     def state(self, now: float) -> str:
         return self.silence.state(now)
@@ -129,7 +134,7 @@ class FleetAck:
     created_at: float
 
     def applies_to(self, node: str, labels: Mapping[str, str]) -> bool:
-        return matches_all(make_labels({**labels, "node": node}), self.node_matchers)
+        return selects_node(self.node_matchers, node, labels)
 
     def covers(self, alert_labels: Labels, starts_at: float) -> bool:
         """An alert of an applicable node: its labels match and its episode began before."""
@@ -164,10 +169,7 @@ def check_silence(
             "a fleet silence's matchers must not all match an empty label set "
             "(it would silence every alert of the fleet)"
         )
-    if ends_at <= starts_at:
-        raise ValueError("a silence must end after it starts")
-    if ends_at <= now:
-        raise ValueError("a silence must end in the future")
+    check_window(starts_at, ends_at, now)
     if not created_by.strip():
         raise ValueError("a silence needs an author")
 
@@ -261,8 +263,8 @@ class FleetSilenceBook(RegistryBook):
         return [
             FleetAck(
                 r["id"],
-                tuple(parse_matcher(m) for m in json.loads(r["node_matchers"])),
-                tuple(parse_matcher(m) for m in json.loads(r["matchers"])),
+                matchers_from_column(r["node_matchers"]),
+                matchers_from_column(r["matchers"]),
                 r["created_by"],
                 r["comment"],
                 r["created_at"],
@@ -325,10 +327,9 @@ def for_node(
 
 
 def _row(silence: FleetSilence) -> dict[str, Any]:
-    node_matchers = json.dumps([format_matcher(m) for m in silence.node_matchers])
+    node_matchers = matchers_column(silence.node_matchers)
     return {**silence_row(silence.silence), "node_matchers": node_matchers}
 
 
 def _silence(row: RowMapping) -> FleetSilence:
-    node_matchers = tuple(parse_matcher(m) for m in json.loads(row["node_matchers"]))
-    return FleetSilence(silence_from_row(row), node_matchers)
+    return FleetSilence(silence_from_row(row), matchers_from_column(row["node_matchers"]))

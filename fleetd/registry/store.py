@@ -33,7 +33,7 @@ from sqlalchemy import (
     select,
     union_all,
 )
-from sqlalchemy.dialects import sqlite
+from sqlalchemy.engine.interfaces import ReflectedColumn
 from sqlalchemy.exc import SQLAlchemyError
 
 from fleetd.logs import get_logger
@@ -41,6 +41,7 @@ from fleetd.registry.drift import COMPONENTS, NodeVersions
 from fleetd.registry.reader import RegistryError, describe_error
 from fleetd.registry.summary import NodeSummary, summarize
 from fleetd.store.db import engine_url
+from fleetd.store.upsert import upsert
 
 log = get_logger("registry")
 
@@ -185,11 +186,7 @@ class RegistryPublisher:
         does not). Cheap and idempotent: no rewrite from VARCHAR to TEXT."""
         if self._engine.dialect.name != "postgresql":
             return
-        try:
-            columns = inspect(self._engine).get_columns(nodes_table.name)
-        except SQLAlchemyError as exc:
-            raise RegistryError(f"cannot read the registry table: {describe_error(exc)}") from None
-        kind = {c["name"]: c["type"] for c in columns}.get("firmware_version")
+        kind = {c["name"]: c["type"] for c in self._columns()}.get("firmware_version")
         if kind is None or getattr(kind, "length", None) is None:
             return
         ddl = f"ALTER TABLE {nodes_table.name} ALTER COLUMN firmware_version TYPE TEXT"
@@ -215,10 +212,7 @@ class RegistryPublisher:
         """Columns a newer fleetd added to a table an older one created (all nullable, so
         older agents' rows and inserts stay valid). Safe to race: PostgreSQL's ``IF NOT
         EXISTS``; on SQLite (one host) a loser finds the column there."""
-        try:
-            present = {c["name"] for c in inspect(self._engine).get_columns(nodes_table.name)}
-        except SQLAlchemyError as exc:
-            raise RegistryError(f"cannot read the registry table: {describe_error(exc)}") from None
+        present = {c["name"] for c in self._columns()}
         guard = "IF NOT EXISTS " if self._engine.dialect.name == "postgresql" else ""
         for column in nodes_table.columns:
             if column.name in present:
@@ -234,6 +228,13 @@ class RegistryPublisher:
                     raise RegistryError(
                         f"cannot add {column.name} to the registry table: {describe_error(exc)}"
                     ) from None
+
+    def _columns(self) -> list[ReflectedColumn]:
+        """The columns the registry table has in the database."""
+        try:
+            return inspect(self._engine).get_columns(nodes_table.name)
+        except SQLAlchemyError as exc:
+            raise RegistryError(f"cannot read the registry table: {describe_error(exc)}") from None
 
     def _has_table(self) -> bool:
         try:
@@ -269,20 +270,10 @@ class RegistryPublisher:
             row["alerts_firing"] = json.dumps(list(alerts), sort_keys=True)
         if caps is not None:
             row["caps"] = json.dumps(list(caps), sort_keys=True)
-        dialect = self._engine.dialect.name
-        insert: Any = sqlite.insert
-        if dialect == "postgresql":  # imported here: a node without a registry never loads it
-            from sqlalchemy.dialects import postgresql
-
-            insert = postgresql.insert
-        stmt = insert(nodes_table).values(**row)
-        stmt = stmt.on_conflict_do_update(
-            index_elements=[nodes_table.c.node],
-            set_={k: stmt.excluded[k] for k in row if k != "node"},
-        )
+        key = {"node": row.pop("node")}
         try:
             with self._engine.begin() as conn:
-                conn.execute(stmt)
+                upsert(conn, nodes_table, key, row)
         except SQLAlchemyError as exc:
             raise RegistryError(f"cannot publish to the registry: {describe_error(exc)}") from None
         return summary

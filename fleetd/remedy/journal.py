@@ -12,9 +12,10 @@ and are created alone in the shared PostgreSQL registry for fleet-wide ones
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 
 from sqlalchemy import (
     Boolean,
@@ -36,6 +37,7 @@ from fleetd.remedy.codec import event_from_dict, event_to_dict, run_from_dict, r
 from fleetd.remedy.events import RemediationEvent
 from fleetd.remedy.run import Run
 from fleetd.store.db import Database
+from fleetd.store.rows import batches, compact_json, json_row, json_rows
 from fleetd.store.schema import METADATA
 from fleetd.store.upsert import upsert
 
@@ -125,6 +127,8 @@ breaker_table = Table(
 
 FLEET_TABLES = (leases_table, failures_table, breaker_table)
 
+_K = TypeVar("_K")
+
 
 @dataclass(frozen=True, slots=True)
 class PauseState:
@@ -147,9 +151,14 @@ class RunJournal:
         self._holding: dict[str, tuple[int, tuple[Run, ...]]] = {}
         self._pause: dict[str, tuple[int, PauseState]] = {}
 
-    def _written(self) -> None:
-        """A write ended (committed or not): what was kept is read afresh."""
-        self._generation += 1
+    @contextmanager
+    def _writing(self) -> Iterator[Connection]:
+        """A write transaction; when it ends (committed or not) what was kept is read afresh."""
+        try:
+            with self._db.begin() as conn:
+                yield conn
+        finally:
+            self._generation += 1
 
     # ---- writes ------------------------------------------------------------------------
     def save(
@@ -172,20 +181,17 @@ class RunJournal:
             "reset_count": run.reset_count,
             "created_at": run.created_at,
             "updated_at": run.entered_at,
-            "data": json.dumps(run_to_dict(run), separators=(",", ":")),
+            "data": compact_json(run_to_dict(run)),
         }
-        try:
-            with self._db.begin() as conn:
-                last = conn.execute(
-                    select(runs_table.c.last_seq).where(runs_table.c.run_id == run.run_id)
-                ).scalar_one_or_none()
-                seq = max([last or 0, *(e.seq for e in events)])
-                upsert(conn, runs_table, {"run_id": run.run_id}, {"last_seq": seq, **row})
-                self._insert_events(conn, events)
-                if also is not None:
-                    also(conn)
-        finally:
-            self._written()
+        with self._writing() as conn:
+            last = conn.execute(
+                select(runs_table.c.last_seq).where(runs_table.c.run_id == run.run_id)
+            ).scalar_one_or_none()
+            seq = max([last or 0, *(e.seq for e in events)])
+            upsert(conn, runs_table, {"run_id": run.run_id}, {"last_seq": seq, **row})
+            self._insert_events(conn, events)
+            if also is not None:
+                also(conn)
 
     def append_events(self, events: Sequence[RemediationEvent]) -> None:
         """Append events that change no run (node-level, or a note on a finished run)."""
@@ -216,7 +222,7 @@ class RunJournal:
                 "kind": e.kind,
                 "severity": e.severity,
                 "delivered": False,
-                "data": json.dumps(event_to_dict(e), separators=(",", ":")),
+                "data": compact_json(event_to_dict(e)),
             }
             for e in events
         ]
@@ -233,11 +239,8 @@ class RunJournal:
 
     # ---- reads -------------------------------------------------------------------------
     def get(self, run_id: str) -> Run | None:
-        with self._db.read() as conn:
-            data = conn.execute(
-                select(runs_table.c.data).where(runs_table.c.run_id == run_id)
-            ).scalar_one_or_none()
-        return None if data is None else run_from_dict(json.loads(data))
+        query = select(runs_table.c.data).where(runs_table.c.run_id == run_id)
+        return json_row(self._db, query, run_from_dict)
 
     def last_seq(self, run_id: str) -> int:
         with self._db.read() as conn:
@@ -257,18 +260,25 @@ class RunJournal:
     def holding(self, node: str) -> list[Run]:
         """Finished runs that still hold GPUs out of service (quarantined, drained, …); read
         every evaluation, so kept between this journal's writes."""
-        generation = self._generation
-        kept = self._holding.get(node)
-        if kept is not None and kept[0] == generation:
-            return list(kept[1])
-        runs = self._runs(
+        query = (
             select(runs_table.c.data)
             .where(runs_table.c.node == node, runs_table.c.holding.is_(True))
             .order_by(runs_table.c.created_at, runs_table.c.run_id)
         )
+        held: tuple[Run, ...] = self._kept(self._holding, node, lambda: tuple(self._runs(query)))
+        return list(held)
+
+    def _kept(self, cache: dict[str, tuple[int, _K]], node: str, read: Callable[[], _K]) -> _K:
+        """``read()``, or what it gave last for ``node`` if no write ended since; a value read
+        while a write ended is not kept."""
+        generation = self._generation
+        kept = cache.get(node)
+        if kept is not None and kept[0] == generation:
+            return kept[1]
+        value = read()
         if self._generation == generation:  # no write ended meanwhile
-            self._holding[node] = (generation, tuple(runs))
-        return runs
+            cache[node] = (generation, value)
+        return value
 
     def runs(self, node: str, *, since: float | None = None, limit: int = 200) -> list[Run]:
         """Runs of ``node`` created at or after ``since``, newest first."""
@@ -279,9 +289,10 @@ class RunJournal:
         return self._runs(query.limit(limit))
 
     def _runs(self, query: Select[tuple[str]]) -> list[Run]:
-        with self._db.read() as conn:
-            rows = conn.execute(query).scalars().all()
-        return [run_from_dict(json.loads(str(r))) for r in rows]
+        return json_rows(self._db, query, run_from_dict)
+
+    def _events(self, query: Select[tuple[str]]) -> list[RemediationEvent]:
+        return json_rows(self._db, query, event_from_dict)
 
     def counts(self, node: str) -> tuple[dict[tuple[str, str], int], int]:
         """Concluded runs by (plan, state), and the resets issued (dry runs excluded)."""
@@ -313,26 +324,20 @@ class RunJournal:
             query = query.where(events_table.c.run_id == run_id)
         if node is not None:
             query = query.where(events_table.c.node == node)
-        query = query.order_by(events_table.c.id).limit(limit)
-        with self._db.read() as conn:
-            rows = conn.execute(query).scalars().all()
-        return [event_from_dict(json.loads(r)) for r in rows]
+        return self._events(query.order_by(events_table.c.id).limit(limit))
 
     def events_of(self, run_ids: Iterable[str]) -> dict[str, list[RemediationEvent]]:
         """The events of each of ``run_ids``, in the order written (one query per 500 runs:
         the reliability KPIs read a window of runs at once)."""
         ids = sorted(set(run_ids))
         out: dict[str, list[RemediationEvent]] = {i: [] for i in ids}
-        for start in range(0, len(ids), 500):
+        for chunk in batches(ids, 500):
             query = (
                 select(events_table.c.data)
-                .where(events_table.c.run_id.in_(ids[start : start + 500]))
+                .where(events_table.c.run_id.in_(chunk))
                 .order_by(events_table.c.id)
             )
-            with self._db.read() as conn:
-                rows = conn.execute(query).scalars().all()
-            for raw in rows:
-                event = event_from_dict(json.loads(raw))
+            for event in self._events(query):
                 if event.run_id is not None:
                     out[event.run_id].append(event)
         return out
@@ -344,36 +349,25 @@ class RunJournal:
             .order_by(events_table.c.id)
             .limit(limit)
         )
-        with self._db.read() as conn:
-            rows = conn.execute(query).scalars().all()
-        return [event_from_dict(json.loads(r)) for r in rows]
+        return self._events(query)
 
     # ---- pause switch --------------------------------------------------------------------
     def pause_state(self, node: str) -> PauseState:
         """The pause switch of ``node`` (kept between this journal's writes, as ``holding``)."""
-        generation = self._generation
-        kept = self._pause.get(node)
-        if kept is not None and kept[0] == generation:
-            return kept[1]
+        return self._kept(self._pause, node, lambda: self._read_pause(node))
+
+    def _read_pause(self, node: str) -> PauseState:
         with self._db.read() as conn:
             row = (
                 conn.execute(select(control_table).where(control_table.c.node == node))
                 .mappings()
                 .first()
             )
-        state = (
-            PauseState(False)
-            if row is None
-            else PauseState(bool(row["paused"]), row["by"], row["reason"], row["at"])
-        )
-        if self._generation == generation:
-            self._pause[node] = (generation, state)
-        return state
+        if row is None:
+            return PauseState(False)
+        return PauseState(bool(row["paused"]), row["by"], row["reason"], row["at"])
 
     def set_paused(self, node: str, state: PauseState) -> None:
         values = {"paused": state.paused, "by": state.by, "reason": state.reason, "at": state.at}
-        try:
-            with self._db.begin() as conn:
-                upsert(conn, control_table, {"node": node}, values)
-        finally:
-            self._written()
+        with self._writing() as conn:
+            upsert(conn, control_table, {"node": node}, values)

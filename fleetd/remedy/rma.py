@@ -17,7 +17,6 @@ without its record on the next start, and ``catch_up`` applies it then.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -32,6 +31,7 @@ from fleetd.model import GpuIdentity, label_value
 from fleetd.remedy.messages import Record
 from fleetd.remedy.run import Plan, Run, RunState, UnitGpu
 from fleetd.store.db import Database
+from fleetd.store.rows import compact_json, json_row, json_rows
 from fleetd.store.schema import METADATA
 from fleetd.store.upsert import upsert
 
@@ -174,7 +174,7 @@ class RmaUpdate:
                 {
                     "physical_action": rec.physical_action_needed,
                     "updated_at": rec.updated_at,
-                    "data": json.dumps(rec.to_dict(), separators=(",", ":")),
+                    "data": compact_json(rec.to_dict()),
                 },
             )
 
@@ -206,18 +206,13 @@ class RmaBook:
         if physical_only:
             query = query.where(rma_table.c.physical_action.is_(True))
         query = query.order_by(rma_table.c.updated_at.desc(), rma_table.c.serial).limit(limit)
-        with self._db.read() as conn:
-            rows = conn.execute(query).scalars().all()
-        return [record_from_dict(json.loads(r)) for r in rows]
+        return json_rows(self._db, query, record_from_dict)
 
     def record(self, serial: str) -> RmaRecord | None:
-        with self._db.read() as conn:
-            data = conn.execute(
-                select(rma_table.c.data).where(
-                    rma_table.c.node == self.node, rma_table.c.serial == serial
-                )
-            ).scalar_one_or_none()
-        return None if data is None else record_from_dict(json.loads(data))
+        query = select(rma_table.c.data).where(
+            rma_table.c.node == self.node, rma_table.c.serial == serial
+        )
+        return json_row(self._db, query, record_from_dict)
 
     # ---- what a run changes --------------------------------------------------------------
     def applied(self, run: Run) -> bool:

@@ -11,7 +11,6 @@ transition and the dispatcher, which already holds it, does not send it twice.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,6 +30,7 @@ from sqlalchemy import (
 from fleetd.model import Alert, AlertKey, AlertState, Labels, Severity, identity_labels
 from fleetd.rules.state import AlertEntry, StateChanges
 from fleetd.store.db import Database
+from fleetd.store.rows import batches, finite
 from fleetd.store.schema import METADATA
 from fleetd.store.upsert import upsert
 
@@ -66,8 +66,7 @@ def save_changes(conn: Connection, changes: StateChanges) -> None:
     """Write ``changes`` (from ``RuleEngine.take_changes``) inside the caller's transaction."""
     gone = [key.fingerprint() for key in changes.deletes]
     gone += [entry.alert.key.fingerprint() for entry in changes.upserts]
-    for start in range(0, len(gone), 500):
-        chunk = gone[start : start + 500]
+    for chunk in batches(gone, 500):
         conn.execute(delete(alert_state_table).where(alert_state_table.c.fingerprint.in_(chunk)))
     if changes.upserts:
         conn.execute(insert(alert_state_table), [_row(entry) for entry in changes.upserts])
@@ -109,7 +108,7 @@ def _row(entry: AlertEntry) -> dict[str, object]:
         "severity": alert.severity.value,
         "labels": _dump(alert.labels),
         "annotations": _dump(alert.annotations),
-        "value": _finite(alert.value),
+        "value": finite(alert.value),
         "active_at": alert.active_at,
         "fired_at": alert.fired_at,
         "resolved_at": alert.resolved_at,
@@ -146,11 +145,6 @@ def _dump(labels: Labels) -> str:
 def _load(text: object) -> Labels:
     pairs = json.loads(str(text))
     return tuple((str(k), str(v)) for k, v in pairs)
-
-
-def _finite(value: float | None) -> float | None:
-    """NaN and infinities are not portable across databases; they are stored as NULL."""
-    return value if value is not None and math.isfinite(value) else None
 
 
 def _float(value: object) -> float | None:

@@ -31,6 +31,7 @@ from fleetd.store.config import StoreConfig
 from fleetd.store.events import EventKind, EventLog
 from fleetd.store.functions import Buckets, to_ms
 from fleetd.store.reader import ROLLUP_CHUNK_SPAN_MS, decode_raw, encode_buckets, encode_raw
+from fleetd.store.rows import batches
 from fleetd.store.samples import HOUR_MS, MINUTE_MS, SampleStore
 from fleetd.store.tables import chunk_table, head_table, rollup_table
 from fleetd.store.watermarks import DELETED_UNTIL, ROLLUP_UNTIL
@@ -188,9 +189,7 @@ class Maintenance:
     ) -> None:
         c = chunk_table.c
         existing: dict[tuple[int, int], bytes] = {}
-        keys = list(groups)
-        for i in range(0, len(keys), 200):
-            part = keys[i : i + 200]
+        for part in batches(groups, 200):
             for sid, start, blob in conn.execute(
                 select(c.series_id, c.start_ts, c.data).where(
                     tuple_(c.series_id, c.start_ts).in_(part)

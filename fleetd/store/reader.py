@@ -9,13 +9,14 @@ the database and the memory window apply identical boundaries.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 from sqlalchemy import Connection, and_, func, select
 
 from fleetd.store import codec, headrows
 from fleetd.store.functions import Buckets
 from fleetd.store.headrows import Layouts
+from fleetd.store.rows import batches
 from fleetd.store.tables import chunk_table, head_table, rollup_table
 
 MAX_CHUNK_SPAN_MS = 3_600_000
@@ -27,12 +28,6 @@ ROLLUP_CHUNK_SPAN_MS = {60: 3_600_000, 3600: 86_400_000}
 _IN_LIMIT = 500
 
 Columns = tuple[list[float], list[float]]
-
-
-def _batches(ids: Sequence[int]) -> Iterator[list[int]]:
-    ids = list(ids)
-    for i in range(0, len(ids), _IN_LIMIT):
-        yield ids[i : i + _IN_LIMIT]
 
 
 def encode_raw(ts_ms: Sequence[int], values: Sequence[float]) -> bytes:
@@ -84,7 +79,7 @@ def read_raw(conn: Connection, ids: Sequence[int], lo_ms: int, hi_ms: int) -> di
     """
     pieces: dict[int, list[tuple[list[int], list[float]]]] = {}
     c = chunk_table.c
-    for batch in _batches(ids):
+    for batch in batches(ids, _IN_LIMIT):
         chunk_rows = conn.execute(
             select(c.series_id, c.data)
             .where(
@@ -187,7 +182,7 @@ def read_rollups(
     span = ROLLUP_CHUNK_SPAN_MS[tier]
     r = rollup_table.c
     out: dict[int, Buckets] = {}
-    for batch in _batches(ids):
+    for batch in batches(ids, _IN_LIMIT):
         rows = conn.execute(
             select(r.series_id, r.data)
             .where(
@@ -239,7 +234,7 @@ def latest_chunk(conn: Connection, ids: Sequence[int], now_ms: int) -> dict[int,
     """The newest chunked sample at or before ``now_ms`` per series id."""
     c = chunk_table.c
     out: dict[int, tuple[int, float]] = {}
-    for batch in _batches(ids):
+    for batch in batches(ids, _IN_LIMIT):
         newest = (
             select(c.series_id.label("sid"), func.max(c.start_ts).label("mstart"))
             .where(c.series_id.in_(batch), c.first_ts <= now_ms)
@@ -265,7 +260,7 @@ def latest_rollup(
     """The last sample recorded by the newest rollup bucket ending at or before ``now_ms``."""
     r = rollup_table.c
     out: dict[int, tuple[int, float]] = {}
-    for batch in _batches(ids):
+    for batch in batches(ids, _IN_LIMIT):
         newest = (
             select(r.series_id.label("sid"), func.max(r.start_ts).label("mstart"))
             .where(r.tier == tier, r.series_id.in_(batch), r.first_ts <= now_ms)
