@@ -48,6 +48,7 @@ from fleetd.logs import get_logger
 from fleetd.model import Reading, Snapshot, Transition
 from fleetd.parts import build_dispatcher, build_engine, build_node_remediation, build_poller
 from fleetd.polltiming import PollTiming
+from fleetd.progress import PollProgress
 from fleetd.registry.heartbeat import RegistryHeartbeat
 from fleetd.reload import apply_reload, reload_logged
 from fleetd.remedy.events import ChangeSink
@@ -108,9 +109,8 @@ class Daemon:
         self._reload_requested = threading.Event()
         self._reload_lock = threading.Lock()
         self._started = False
-        self._ready_sent = False
+        self.progress = PollProgress(self.notifier, clock)  # READY, STATUS, WATCHDOG
         self.last_snapshot: Snapshot | None = None
-        self._last_poll_done: float | None = None  # clock.monotonic() when a tick finished
         self._eval_lock = threading.Lock()  # one rules evaluation at a time (poll or event)
         self.events: EventWiring | None = None  # the kernel log and CPER sources (start)
         self._evaluated_at = 0.0
@@ -345,7 +345,7 @@ class Daemon:
             event_series = events.readings(at, snapshot.readings) if events is not None else []
             transitions, derived = self._evaluate(at, event_series)
         self.store.append([*fresh, *derived, *event_series], now=now)
-        self._report_progress(snapshot)
+        self.progress.poll_done(self.status_line(snapshot))
         if self.on_tick is not None:
             self.on_tick(self, snapshot, transitions)
 
@@ -398,28 +398,12 @@ class Daemon:
         return self.remediation is not None and bool(self.remediation.executor.active())
 
     def poll_age(self) -> float | None:
-        """Seconds since the last poll finished, on the monotonic clock (so never negative,
-        and no wall-clock step makes a stale poll look fresh); None before the first."""
-        done = self._last_poll_done
-        return None if done is None else max(0.0, self.clock.monotonic() - done)
+        """Seconds since the last poll finished (``PollProgress.age``); None before it."""
+        return self.progress.age()
 
     def watchdog(self) -> None:
-        """WATCHDOG=1 between polls, but only while polls keep finishing on time: a hung
-        loop stops the pings and systemd restarts the daemon."""
-        age = self.poll_age()
-        if age is not None and age <= self.timing.watchdog_after_s:
-            self.notifier.watchdog()
-
-    def _report_progress(self, snapshot: Snapshot) -> None:
-        self._last_poll_done = self.clock.monotonic()
-        summary = self.status_line(snapshot)
-        if not self._ready_sent:
-            self.notifier.ready(summary)
-            self._ready_sent = True
-        else:
-            self.notifier.status(summary)
-        if watchdog_interval() is not None:
-            self.notifier.watchdog()
+        """WATCHDOG=1 between polls, only while polls keep finishing on time."""
+        self.progress.watchdog(self.timing)
 
     def status_line(self, snapshot: Snapshot) -> str:
         """One line for systemd's STATUS=: healthy count, problems, storage state."""
@@ -460,12 +444,9 @@ class Daemon:
             log.warning(event, error=repr(exc))
 
     def maintain(self) -> None:
+        """Store maintenance, and a re-enumeration of the GPUs when due (``rediscovery``)."""
         now = self.now()
         self.store.maintenance(now)
-        self.rediscover_gpus(now)
-
-    def rediscover_gpus(self, now: float) -> None:
-        """Re-enumerate the GPUs when due (``fleetd.collect.rediscovery``)."""
         self.rediscovery.maybe(now)
 
     def scrape_vllm(self) -> None:
