@@ -56,6 +56,7 @@ MAX_REQUEST_LINE = 8 * 1024
 MAX_HEADER_BYTES = 64 * 1024
 MAX_HEADERS = 100
 MAX_BODY_BYTES = 1 << 20
+IDLE_WAIT_S = 5.0  # the longest an I/O loop sleeps with no deadline due (_Loop._timeout)
 MAX_JSON_DEPTH = 32  # nesting of arrays and objects in a request body
 HEAD_TIMEOUT_S = 10.0  # from accept: TLS handshake, request line and headers complete
 BODY_TIMEOUT_S = 30.0  # from accept: the whole body (at most MAX_BODY_BYTES) received
@@ -533,7 +534,7 @@ class _Loop:
     def _loop(self) -> None:
         try:
             while not self.server.stopping:
-                for key, events in self.selector.select(timeout=0.25):
+                for key, events in self.selector.select(timeout=self._timeout()):
                     if key.data == "listen":
                         self._accept()
                     elif key.data == "wake":
@@ -552,6 +553,18 @@ class _Loop:
             log.error("http_io_loop_failed", error=repr(exc))
         finally:
             self.close_all()
+
+    def _timeout(self) -> float:
+        """Until the next deadline (a connection's, the end of an accept pause), at most
+        IDLE_WAIT_S: new connections, connections handed over and ``stop`` wake the loop
+        themselves, so an idle server does not wake four times a second for nothing."""
+        now = time.monotonic()
+        due = now + IDLE_WAIT_S
+        if self.paused_until is not None:
+            due = min(due, self.paused_until)
+        for conn in self.conns.values():
+            due = min(due, conn.deadline)
+        return max(0.0, due - now)
 
     def _pause_accepting(self, now: float) -> None:
         """Out of descriptors (or another accept failure): the listening socket stays

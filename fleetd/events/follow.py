@@ -58,6 +58,11 @@ CURSOR_FILE = "kernel_log.cursor.json"
 SourceName = Literal["auto", "journal", "kmsg", "file"]
 
 
+IDLE_WAIT_S = 5.0
+"""How long the thread sleeps between looks when its source wakes it for new lines (a
+descriptor ``select`` watches) and no cursor waits to be saved; ``poll_interval`` otherwise."""
+
+
 class KernelLogConfig(StrictModel):
     """The kernel log source's settings (a section the daemon's config can embed)."""
 
@@ -70,7 +75,8 @@ class KernelLogConfig(StrictModel):
     queue_size: int = Field(default=10_000, ge=1, le=1_000_000)
     max_lines_per_step: int = Field(default=5_000, ge=1, le=1_000_000)
     poll_interval: float = Field(default=0.2, gt=0, le=10)
-    """How long the thread waits for new lines before reading again (file: polling)."""
+    """How long the thread waits for new lines before reading again when nothing wakes it
+    (a file is polled); kmsg and journalctl's pipe wake it when a line comes."""
     persist_interval: float = Field(default=1.0, ge=0, le=3600)
     """Longest time the saved cursor lags the lines read (no events among them)."""
     event_persist_interval: float = Field(default=0.25, ge=0, le=3600)
@@ -330,5 +336,10 @@ class KernelLogFollower:
                 continue
             fd = self.source.fileno() if self.source is not None else None
             fds = [self._wake_r] + ([fd] if fd is not None else [])
-            if wait_readable(fds, self.config.poll_interval) and self._stop.is_set():
+            # a source with a descriptor (kmsg, journalctl's pipe) wakes the thread itself
+            # when a line comes: the timeout is then only for a cursor still to be saved
+            wait = self.config.poll_interval
+            if fd is not None and not self._dirty:
+                wait = max(wait, IDLE_WAIT_S)
+            if wait_readable(fds, wait) and self._stop.is_set():
                 break
