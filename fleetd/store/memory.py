@@ -1,17 +1,18 @@
 """The in-memory recent window: what rules evaluate against on every tick.
 
-Series are indexed by metric name; each holds an ``array('d')`` of values in time order and
-shares its timestamps with the other series appended at the same instants: the readings of
-one poll carry one timestamp, so a poll's timestamp is stored once in a ``_Times`` column,
-not once per sample (8 bytes a sample instead of 16, no per-sample objects). A window is
-still two bisects and a slice, and the maths is ``fleetd.store.functions`` — the same code
-the database uses, so both answer identically. Timestamps are kept at millisecond
-resolution, as the database stores them.
+Series are indexed by metric name; each holds its values in time order and shares its
+timestamps with the other series appended at the same instants: the readings of one poll
+carry one timestamp, so a poll's timestamp is stored once in a ``_Times`` column, not once
+per sample. Values are an ``array('d')`` (8 bytes a sample, no per-sample objects), or,
+while a series has only ever held one value — most of a healthy GPU's series — just that
+value and a count. A window is still two bisects and a slice, and the maths is
+``fleetd.store.functions`` — the same code the database uses, so both answer identically.
+Timestamps are kept at millisecond resolution, as the database stores them.
 
-A series' values line up with the head of its column: ``values[i]`` is at ``ts[i]``, and a
-series that missed the column's later instants simply has fewer values (its samples are
-``ts[head:len(values)]``). A series whose next sample does not continue its column (a poll
-it was not read in, a slower tier, an out-of-order or older sample) moves to a column of its
+A series' values line up with the head of its column: its ``i``-th value is at ``ts[i]``,
+and a series that missed the column's later instants simply has fewer values (its samples
+are ``ts[head:size]``). A series whose next sample does not continue its column (a poll it
+was not read in, a slower tier, an out-of-order or older sample) moves to a column of its
 own — shared again with the others that move at the same instant — and columns that come to
 hold the same instants are merged again as the window moves on. Pruning advances each
 column's ``head`` and deletes the pruned prefix only once it is a sixteenth of the column, so
@@ -26,6 +27,7 @@ import threading
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
+from math import copysign
 
 from fleetd.model import Labels, Reading, Sample, SeriesKey
 from fleetd.query import Matcher, QueryBase, Span, WindowFn, matches_all
@@ -50,16 +52,87 @@ class _Times:
         self.refs = 0  # series using this column
 
 
-class _Series:
-    """One series: its values, lined up with the head of its (shared) timestamp column."""
+def _same(a: float, b: float) -> bool:
+    """``a`` and ``b`` are the same double (0.0 and -0.0 differ; NaN is never the same)."""
+    return a == b and (a != 0.0 or copysign(1.0, a) == copysign(1.0, b))
 
-    __slots__ = ("key", "times", "values")
+
+class _Series:
+    """One series: its values, lined up with the head of its (shared) timestamp column.
+
+    While every value is the same, only that value and the count are kept (``values`` is
+    None): most of a healthy GPU's series (ECC counters, clocks, limits, health) do not
+    change for hours. The first different value turns them into an ``array('d')``.
+    """
+
+    __slots__ = ("const", "count", "key", "times", "values")
 
     def __init__(self, key: SeriesKey, times: _Times) -> None:
         self.key = key
         self.times = times
-        self.values: array[float] = array("d")
+        self.values: array[float] | None = None
+        self.const = 0.0  # every value, while ``values`` is None
+        self.count = 0  # how many, while ``values`` is None
         times.refs += 1
+
+    def size(self) -> int:
+        """The index after this series' last sample in its column."""
+        values = self.values
+        return self.count if values is None else len(values)
+
+    def at(self, i: int) -> float:
+        values = self.values
+        return self.const if values is None else values[i]
+
+    def slice(self, lo: int, hi: int) -> array[float]:
+        values = self.values
+        if values is None:
+            return array("d", [self.const]) * max(0, hi - lo)
+        return values[lo:hi]
+
+    def add(self, value: float) -> None:
+        """Append the value at the next instant of the column."""
+        values = self.values
+        if values is not None:
+            values.append(value)
+        elif not self.count:
+            self.const = value
+            self.count = 1
+        elif _same(value, self.const):
+            self.count += 1
+        else:
+            self.expand().append(value)
+
+    def expand(self) -> array[float]:
+        """The values as an array (no longer one repeated value)."""
+        values = self.values
+        if values is None:
+            values = self.values = array("d", [self.const]) * self.count
+        return values
+
+    def drop_first(self, k: int) -> None:
+        """Forget the first ``k`` positions (the column deleted its pruned prefix)."""
+        values = self.values
+        if values is None:
+            self.count -= k
+            return
+        del values[:k]
+        if values and values.count(values[0]) == len(values):
+            first = values[0]
+            if first != 0.0 or values.tobytes() == array("d", [first]).tobytes() * len(values):
+                self.values = None
+                self.const = first
+                self.count = len(values)
+
+    def shift(self, k: int) -> None:
+        """Line up with a column ``k`` positions longer at the head (fewer if negative)."""
+        values = self.values
+        if values is None:
+            self.count += k
+        elif k > 0:
+            values[0:0] = array("d", bytes(8 * k))
+        elif k < 0:
+            del values[:-k]
 
     def move_to(self, times: _Times) -> None:
         self.times.refs -= 1
@@ -73,26 +146,23 @@ class _Series:
         to the column, the others find it there. ``moves`` collects, for one ``append``,
         the columns series moved to, so series that leave a column together share the new
         one."""
-        col = self.times
-        times = col.ts
-        values = self.values
-        n = len(values)
+        times = self.times.ts
+        n = self.size()
         m = len(times)
         if n == m:
             if not n or ts > times[-1]:
                 times.append(ts)
-                values.append(value)
+                self.add(value)
                 return 1
         elif n == m - 1 and times[n] == ts:
-            values.append(value)
+            self.add(value)
             return 1
         return self._put_slow(ts, value, moves)
 
     def _put_slow(self, ts: float, value: float, moves: dict[_MoveKey, _Times]) -> int:
         col = self.times
         times = col.ts
-        values = self.values
-        n = len(values)
+        n = self.size()
         if n == col.head or ts > times[n - 1]:
             # in order for this series, but its column went on without it: a column of
             # its own, shared with the series leaving the same column at the same point
@@ -103,8 +173,9 @@ class _Series:
                 target.ts.append(ts)
                 moves[key] = target
             self.move_to(target)
-            values.append(value)
+            self.add(value)
             return 1
+        values = self.expand()
         i = bisect_left(times, ts, col.head, n)
         if times[i] == ts:  # i < n: ts <= times[n - 1]
             values[i] = value
@@ -205,19 +276,27 @@ class MemoryWindow(QueryBase):
                 # _Series.put's fast path, inlined: this runs for every reading of a poll
                 times = series.times.ts
                 values = series.values
-                n = len(values)
+                n = series.count if values is None else len(values)
                 m = len(times)
                 if n == m:
                     if not n or last_norm > times[-1]:
                         times.append(last_norm)
-                        values.append(float(value))
-                        added += 1
+                    else:
+                        added += series.put(last_norm, float(value), moves)
                         continue
-                elif n == m - 1 and times[n] == last_norm:
-                    values.append(float(value))
-                    added += 1
+                elif n != m - 1 or times[n] != last_norm:
+                    added += series.put(last_norm, float(value), moves)
                     continue
-                added += series.put(last_norm, float(value), moves)
+                added += 1
+                if values is not None:
+                    values.append(float(value))
+                    continue
+                v = float(value)
+                if n and not _same(v, series.const):
+                    series.expand().append(v)
+                else:
+                    series.const = v
+                    series.count = n + 1
             self._samples += added
             if self._complete_after is None and earliest is not None:
                 self._complete_after = (functions.to_ms(earliest) - 1) / 1000.0
@@ -246,9 +325,10 @@ class MemoryWindow(QueryBase):
                     if shape is not None:
                         self._loaded[shape] = times
                 series = by_labels[key.labels] = _Series(key, times)
-                series.values.extend(float(v) for v in values)
+                for v in values:
+                    series.add(float(v))
                 self._versions[key.metric] = self._versions.get(key.metric, 0) + 1
-                self._samples += len(series.values)
+                self._samples += series.size()
                 return
             moves: dict[_MoveKey, _Times] = {}
             added = 0
@@ -287,7 +367,7 @@ class MemoryWindow(QueryBase):
                     head, compact = seen
                     if head == old:
                         continue
-                    n = len(series.values)
+                    n = series.size()
                     if n <= head:
                         removed += n - old
                         emptied.append(labels)
@@ -295,7 +375,7 @@ class MemoryWindow(QueryBase):
                     else:
                         removed += head - old
                         if compact:
-                            del series.values[:head]
+                            series.drop_first(head)
                 if emptied:
                     for labels in emptied:
                         del by_labels[labels]
@@ -337,11 +417,7 @@ class MemoryWindow(QueryBase):
                 keep = into.get(series.times)
                 if keep is None:
                     continue
-                shift = keep.head - series.times.head
-                if shift > 0:
-                    series.values[0:0] = array("d", bytes(8 * shift))
-                elif shift < 0:
-                    del series.values[:-shift]
+                series.shift(keep.head - series.times.head)
                 series.move_to(keep)
         if self._fresh in into:
             self._fresh = None
@@ -377,14 +453,14 @@ class MemoryWindow(QueryBase):
             out: dict[SeriesKey, Sample] = {}
             for series in self._select(metric, matchers):
                 col = series.times
-                times, head, n = col.ts, col.head, len(series.values)
+                times, head, n = col.ts, col.head, series.size()
                 i = n if n > head and times[n - 1] <= now else bisect_right(times, now, head, n)
                 if i == head:
                     continue
                 ts = times[i - 1]
                 if oldest is not None and ts < oldest:
                     continue
-                out[series.key] = Sample(ts, series.values[i - 1])
+                out[series.key] = Sample(ts, series.at(i - 1))
             return out
 
     def _window(
@@ -397,15 +473,15 @@ class MemoryWindow(QueryBase):
             evaluate = functions.evaluate
             for series in self._select(metric, matchers):
                 col = series.times
-                times, head, n = col.ts, col.head, len(series.values)
+                times, head, n = col.ts, col.head, series.size()
                 hi = n if n > head and times[n - 1] <= now else bisect_right(times, now, head, n)
                 lo = bisect_right(times, start, head, hi)
                 if hi <= lo:
                     continue
                 if fn == "last":
-                    out[series.key] = series.values[hi - 1]
+                    out[series.key] = series.at(hi - 1)
                     continue
-                value = evaluate(fn, (times[lo], times[hi - 1]), series.values[lo:hi])
+                value = evaluate(fn, (times[lo], times[hi - 1]), series.slice(lo, hi))
                 if value is not None:
                     out[series.key] = value
             return out
@@ -419,17 +495,16 @@ class MemoryWindow(QueryBase):
             out: dict[SeriesKey, list[Sample]] = {}
             for series in self._select(metric, matchers):
                 col = series.times
-                times, head, values = col.ts, col.head, series.values
-                n = len(values)
+                times, head, n = col.ts, col.head, series.size()
                 if step is None:
                     lo = bisect_left(times, start, head, n)
                     hi = bisect_right(times, end, lo, n)
-                    samples = list(map(Sample, times[lo:hi], values[lo:hi]))
+                    samples = list(map(Sample, times[lo:hi], series.slice(lo, hi)))
                 else:
                     if head or n != len(times):
-                        times, values = times[head:n], values[head:]
+                        times = times[head:n]
                     samples = functions.downsample(
-                        times, values, start=start, end=end, step=step, agg=agg
+                        times, series.slice(head, n), start=start, end=end, step=step, agg=agg
                     )
                 if samples:
                     out[series.key] = samples
@@ -444,10 +519,10 @@ class MemoryWindow(QueryBase):
             out: dict[SeriesKey, Summary] = {}
             for series in self._select(metric, matchers):
                 col = series.times
-                times, head, n = col.ts, col.head, len(series.values)
+                times, head, n = col.ts, col.head, series.size()
                 lo = bisect_right(times, start, head, n)
                 hi = bisect_right(times, end, head, n)
-                summary = functions.summarize(times[lo:hi], series.values[lo:hi])
+                summary = functions.summarize(times[lo:hi], series.slice(lo, hi))
                 if summary is not None:
                     out[series.key] = summary
             return out

@@ -65,12 +65,23 @@ def readings_for(rng: random.Random, tick: int, now: float, series: int) -> list
             continue
         if rng.random() < 0.05:  # a poll this series was not read in
             continue
-        value = None if rng.random() < 0.02 else rng.choice([1.0, 2.0, rng.random()])
+        value: float | None = rng.choice([1.0, 2.0, rng.random()])
+        if i % 5 == 0:  # mostly one value, as most of a GPU's series
+            value = 3.0 if rng.random() < 0.98 else 4.0
+        elif i % 11 == 1:  # 0.0 and -0.0 are different values
+            value = rng.choice([0.0, -0.0])
+        if rng.random() < 0.02:
+            value = None
         ts = now
         if rng.random() < 0.01:  # an older sample, out of order
             ts = now - rng.choice([1.0, 2.5, 3.0])
         out.append(Reading(metric, labels, value, ts))
     return out
+
+
+def exact(found: dict[SeriesKey, list[Sample]]) -> dict[SeriesKey, list[tuple[float, str]]]:
+    """Samples with their values' exact text (-0.0 is not 0.0)."""
+    return {k: [(s.ts, repr(s.value)) for s in v] for k, v in found.items()}
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -97,8 +108,12 @@ def test_answers_match_a_window_of_per_series_samples(seed: int) -> None:
         assert mem.sample_count() == ref.count(), tick
         for metric in METRICS:
             start = now - rng.choice([3.0, 10.0, 30.0])
-            assert mem.range(metric, start=start, end=now) == ref.samples(metric, start, now)
-            assert mem.range(metric, start=T0 - 1, end=now) == ref.samples(metric, T0 - 1, now)
+            assert exact(mem.range(metric, start=start, end=now)) == exact(
+                ref.samples(metric, start, now)
+            )
+            assert exact(mem.range(metric, start=T0 - 1, end=now)) == exact(
+                ref.samples(metric, T0 - 1, now)
+            )
             expected = {
                 k: float(len([s for s in v if s.ts > start]))
                 for k, v in ref.samples(metric, start, now).items()
@@ -106,7 +121,7 @@ def test_answers_match_a_window_of_per_series_samples(seed: int) -> None:
             assert mem.window("count", metric, window=now - start, now=now) == {
                 k: c for k, c in expected.items() if c
             }
-            latest = {k: v[-1] for k, v in ref.samples(metric, T0 - 1, now - 2).items()}
+            latest = {k: v[-1] for k, v in ref.samples(metric, T0 - 10, now - 2).items()}
             assert mem.latest(metric, now=now - 2) == latest
 
 
@@ -137,3 +152,20 @@ def test_series_that_missed_a_poll_share_a_column_again_once_it_left_the_window(
             assert mem.column_count() == 2
     assert mem.column_count() == 1
     assert mem.sample_count() == 8 * 30
+
+
+def test_a_series_of_one_value_keeps_the_value_once_and_answers_the_same() -> None:
+    mem = MemoryWindow(100)
+    labels = make_labels({"gpu": 0})
+    for tick in range(500):
+        value = 5.0 if tick < 150 or tick >= 200 else float(tick)
+        mem.append([Reading(METRICS[0], labels, value, T0 + tick)])
+        mem.prune(T0 + tick)
+    key = SeriesKey(METRICS[0], labels)
+    assert mem.range(METRICS[0], start=T0, end=T0 + 500)[key] == [
+        Sample(T0 + t, 5.0) for t in range(400, 500)
+    ]
+    assert mem.window("avg", METRICS[0], window=50, now=T0 + 499) == {key: 5.0}
+    assert mem.window("changes", METRICS[0], window=150, now=T0 + 499) == {key: 0.0}
+    # the changing values have left the window: one value and a count again
+    assert mem._metrics[METRICS[0]][labels].values is None
