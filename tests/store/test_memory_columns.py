@@ -8,6 +8,7 @@ the pattern, every answer must be what a window keeping each series' own samples
 from __future__ import annotations
 
 import random
+import tracemalloc
 from bisect import bisect_left, bisect_right
 
 import pytest
@@ -169,3 +170,28 @@ def test_a_series_of_one_value_keeps_the_value_once_and_answers_the_same() -> No
     assert mem.window("changes", METRICS[0], window=150, now=T0 + 499) == {key: 0.0}
     # the changing values have left the window: one value and a count again
     assert mem._metrics[METRICS[0]][labels].values is None
+
+
+def test_a_full_window_takes_8_bytes_a_changing_sample_and_next_to_none_a_constant_one() -> None:
+    """Before: 16 bytes a sample, every sample (two ``array('d')`` per series)."""
+    retention, series = 600, 100
+    labels = [make_labels({"gpu": i}) for i in range(series)]
+    mem = MemoryWindow(retention)
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for tick in range(retention + 200):
+            now = T0 + tick
+            mem.append(
+                [
+                    Reading(METRICS[0], lab, float(tick) if i % 2 else 1.0, now)
+                    for i, lab in enumerate(labels)
+                ]
+            )
+            mem.prune(now)
+        held = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    assert mem.sample_count() == series * retention
+    changing_bytes = (series // 2) * retention * 8
+    assert held < 1.4 * changing_bytes  # was 4 × that: (16 bytes) × (all the series)
