@@ -362,7 +362,7 @@ class MemoryWindow(QueryBase):
                         head = old
                         if len(times) > old and times[old] <= horizon:
                             head = bisect_right(times, horizon, old)
-                        compact = head >= _COMPACT_MIN and head * 16 >= len(times)
+                        compact = head > old and head >= _COMPACT_MIN and head * 16 >= len(times)
                         heads[col] = seen = (head, compact)
                     head, compact = seen
                     if head == old:
