@@ -317,8 +317,13 @@ def side_by_side(warmup_s: float, measure_s: float) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------ footprint
-def footprint(ticks: int, every: int) -> dict[str, Any]:
-    """RSS of a replay daemon ticked by hand ``ticks`` times on a fake clock."""
+def footprint(ticks: int, every: int, trace: bool = False) -> dict[str, Any]:
+    """RSS of a replay daemon ticked by hand ``ticks`` times on a fake clock: right after
+    start, every ``every`` ticks, and the memory window's own figures. With ``trace``,
+    tracemalloc's top differences between the first sample after the window is full and
+    the last one go to stderr (where RSS still grows, and from which line)."""
+    import tracemalloc
+
     import psutil
 
     from fleetd.clock import FakeClock
@@ -331,15 +336,34 @@ def footprint(ticks: int, every: int) -> dict[str, Any]:
     process = psutil.Process()
     backend, replay = open_replay_backend(tmp, DEFAULT_RECORDING)
     clock = FakeClock()
-    daemon = FleetDaemon(
-        recording_config(tmp), clock=clock, backend=backend, schedule_jobs=False
-    )
+    daemon = FleetDaemon(recording_config(tmp), clock=clock, backend=backend, schedule_jobs=False)
     samples: list[tuple[int, float]] = []
+    retention_ticks = int(daemon.config.store.memory_retention)
+    window: dict[str, Any] = {}
+    first_full: tracemalloc.Snapshot | None = None
+
+    def sample(tick: int) -> None:
+        nonlocal first_full
+        gc.collect()
+        samples.append((tick, round(process.memory_info().rss / 2**20, 2)))
+        memory = daemon.memory
+        window.update(
+            samples=memory.sample_count(),
+            series=memory.series_count(),
+            timestamp_columns=memory.column_count(),
+        )
+        print(json.dumps({"tick": tick, "rss_mb": samples[-1][1], **window}), file=sys.stderr)
+        if trace and tick >= retention_ticks and first_full is None:
+            first_full = tracemalloc.take_snapshot()
+
+    if trace:
+        tracemalloc.start(8)
     cpu0 = time.process_time()
     daemon.start()
     try:
         assert daemon.http is not None
         url = f"http://127.0.0.1:{daemon.http.port}/metrics"
+        sample(0)
         for tick in range(1, ticks + 1):
             clock.advance(1.0)
             daemon.tick()
@@ -349,27 +373,34 @@ def footprint(ticks: int, every: int) -> dict[str, Any]:
                 daemon.maintain()
                 fetch(url)
             if tick % every == 0 or tick == ticks:
-                gc.collect()
-                samples.append((tick, round(process.memory_info().rss / 2**20, 2)))
-                print(json.dumps({"tick": tick, "rss_mb": samples[-1][1]}), file=sys.stderr)
+                sample(tick)
+        if first_full is not None:
+            last = tracemalloc.take_snapshot()
+            for stat in last.compare_to(first_full, "traceback")[:12]:
+                grew = f"{stat.size_diff / 2**20:+.2f} MB {stat.count_diff:+d} blocks"
+                print(grew, file=sys.stderr)
+                for line in stat.traceback.format()[-8:]:
+                    print("   " + line, file=sys.stderr)
     finally:
         daemon.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     cpu = time.process_time() - cpu0
-    retention_ticks = int(daemon.config.store.memory_retention)
-    settled = [s for s in samples if s[0] >= retention_ticks] or samples
+    full = [s for s in samples if s[0] >= retention_ticks] or samples
     return {
         "bench": "daemon_footprint",
         "ticks": ticks,
         "rss_mb_by_tick": dict((str(t), r) for t, r in samples),
+        "rss_mb_at_start": samples[0][1],
+        "rss_mb_memory_window_full": full[0][1],
         "rss_growth_mb": round(samples[-1][1] - samples[0][1], 2),
-        "rss_growth_mb_after_memory_window_full": round(settled[-1][1] - settled[0][1], 2),
+        "rss_growth_mb_after_memory_window_full": round(full[-1][1] - full[0][1], 2),
         "memory_retention_s": daemon.config.store.memory_retention,
+        "memory_window": window,
         "cpu_ms_per_tick": round(1000 * cpu / ticks, 2),
         "replay_misses": sum(replay.misses.values()),
         "note": "replay daemon ticked by hand on a fake clock (1 s per tick; deliver, "
         "remediate every tick; store maintenance, rediscovery and a /metrics fetch every 5); "
-        "RSS after gc.collect() at each sample",
+        "RSS after gc.collect() at start (tick 0) and at each sample",
     }
 
 
@@ -388,6 +419,7 @@ def breakdown(ticks: int) -> dict[str, Any]:
     from fleetd.rules.engine import RuleEngine
     from fleetd.rules.health import ServiceWatch
     from fleetd.selfmetrics import SelfMetrics
+    from fleetd.store.memory import MemoryWindow
     from fleetd.store.resilient import ResilientStore
 
     spent: dict[str, float] = {}
@@ -411,6 +443,8 @@ def breakdown(ticks: int) -> dict[str, Any]:
         (ServiceWatch, "refresh", "remediation status for the rules' service view"),
         (SelfMetrics, "publish", "self-metrics publish"),
         (ResilientStore, "append", "store append"),
+        (MemoryWindow, "append", "memory window append"),
+        (MemoryWindow, "prune", "memory window prune"),
         (AlertStateKeeper, "save", "alert state save"),
         (Dispatcher, "metrics", "alert metrics (in publish)"),
         (Remediation, "status", "remediation status (every caller)"),
@@ -468,6 +502,9 @@ def main() -> None:
     )
     parser.add_argument("--sample-every", type=int, default=10_000)
     parser.add_argument(
+        "--trace", action="store_true", help="with --footprint-ticks: tracemalloc differences"
+    )
+    parser.add_argument(
         "--breakdown-ticks", type=int, default=0, help="instead: CPU per part of a tick"
     )
     parser.add_argument("--child", choices=["replay", "simulator"], help=argparse.SUPPRESS)
@@ -479,7 +516,7 @@ def main() -> None:
         child(args.child, args.state, args.port, args.stats)
         return
     if args.footprint_ticks:
-        print(json.dumps(footprint(args.footprint_ticks, args.sample_every)))
+        print(json.dumps(footprint(args.footprint_ticks, args.sample_every, args.trace)))
         return
     if args.breakdown_ticks:
         print(json.dumps(breakdown(args.breakdown_ticks)))
