@@ -6,6 +6,7 @@ import io
 import socket
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from click.testing import CliRunner, Result
 
 from fleetd.cli.fleetctl_main import main
 from fleetd.logs import configure_logging
-from tests.api.agent import TOKEN, Agent, start_agent
+from tests.api.agent import POLL_INTERVAL, TOKEN, Agent, start_agent
 
 SLOW_DELAY = 30.0  # the slow agent answers after this; fleetctl's timeout is far shorter
 TIMEOUT = 2.0  # generous for a loaded 2-core CI machine; the slow agent takes 30 s
@@ -91,6 +92,41 @@ def build_fleet(tmp: Path, healthy: int = 3, *, with_slow: bool = True) -> Fleet
         "NO_COLOR": "1",
     }
     return Fleet(tmp, agents, slow, dead, inventory, token_file, env)
+
+
+def single_agent_fleet(tmp: Path, agent: Agent) -> Fleet:
+    """A fleet of one started agent (ticked 3 times): fleetctl's inventory names it alone."""
+    agent.tick(3)
+    built = build_fleet(tmp, healthy=0, with_slow=False)
+    built.agents.append(agent)
+    inventory = write_inventory(tmp / "one.yaml", [(agent.name, agent.address)])
+    built.env["FLEETCTL_INVENTORY"] = str(inventory)
+    return built
+
+
+@contextmanager
+def acting_fleet(tmp: Path, remediation: dict[str, object]) -> Iterator[Fleet]:
+    """One agent that remediates (``remediation:`` of its config), alone in the inventory."""
+    agent = start_agent(tmp / "acting", name="gpu-node-acting", remediation=remediation)
+    fleet = single_agent_fleet(tmp, agent)
+    try:
+        yield fleet
+    finally:
+        fleet.stop()
+
+
+def run_after_fault(agent: Agent, state: str) -> str:
+    """An uncorrectable ECC error on GPU 3, polled until its one run concludes in ``state``;
+    the run's id."""
+    agent.sim.inject(3, "ecc_uncorrectable")
+    for _ in range(12):
+        agent.clock.advance(POLL_INTERVAL)
+        agent.tick()
+    remedy = agent.remedy
+    assert remedy is not None
+    (run,) = remedy.runs()
+    assert run.state.value == state, (run.state, run.outcome)
+    return run.run_id
 
 
 @pytest.fixture(scope="module")

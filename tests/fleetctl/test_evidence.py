@@ -12,28 +12,18 @@ from pathlib import Path
 import pytest
 
 from fleetd.remedy.bundle import decode
-from tests.api.agent import start_agent
-from tests.fleetctl.conftest import Fleet, build_fleet, write_inventory
-from tests.fleetctl.test_explain import reset_run_done
+from tests.fleetctl.conftest import Fleet, acting_fleet, run_after_fault
 
 
 @pytest.fixture
 def fleet(tmp_path: Path) -> Iterator[Fleet]:
-    built = build_fleet(tmp_path, healthy=0, with_slow=False)
-    acting = start_agent(tmp_path / "acting", name="gpu-node-acting", remediation={"mode": "on"})
-    acting.tick(3)
-    built.agents.append(acting)
-    inventory = write_inventory(tmp_path / "one.yaml", [(acting.name, acting.address)])
-    built.env["FLEETCTL_INVENTORY"] = str(inventory)
-    try:
+    with acting_fleet(tmp_path, {"mode": "on"}) as built:
         yield built
-    finally:
-        built.stop()
 
 
 def test_a_reset_run_leaves_a_bundle_that_fleetctl_fetches(fleet: Fleet, tmp_path: Path) -> None:
     agent = fleet.agents[0]
-    run_id = reset_run_done(agent)
+    run_id = run_after_fault(agent, "done")
     remedy = agent.remedy
     assert remedy is not None
     run = remedy.run(run_id)

@@ -9,39 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.api.agent import POLL_INTERVAL, Agent, start_agent
-from tests.fleetctl.conftest import Fleet, build_fleet, write_inventory
+from tests.fleetctl.conftest import Fleet, acting_fleet, run_after_fault
 
 
 @pytest.fixture
 def fleet(tmp_path: Path) -> Iterator[Fleet]:
-    built = build_fleet(tmp_path, healthy=0, with_slow=False)
-    acting = start_agent(tmp_path / "acting", name="gpu-node-acting", remediation={"mode": "on"})
-    acting.tick(3)
-    built.agents.append(acting)
-    inventory = write_inventory(tmp_path / "one.yaml", [(acting.name, acting.address)])
-    built.env["FLEETCTL_INVENTORY"] = str(inventory)
-    try:
+    with acting_fleet(tmp_path, {"mode": "on"}) as built:
         yield built
-    finally:
-        built.stop()
-
-
-def reset_run_done(agent: Agent) -> str:
-    agent.sim.inject(3, "ecc_uncorrectable")
-    for _ in range(12):
-        agent.clock.advance(POLL_INTERVAL)
-        agent.tick()
-    remedy = agent.remedy
-    assert remedy is not None
-    (run,) = remedy.runs()
-    assert run.state.value == "done", run.state
-    return run.run_id
 
 
 def test_milestones_come_before_a_flood_of_worker_steps(fleet: Fleet) -> None:
     agent = fleet.agents[0]
-    run_id = reset_run_done(agent)
+    run_id = run_after_fault(agent, "done")
     for worker in range(8):  # what an 8-worker hive logs last: each worker coming back
         for step in ("started", "healthy", "back in rotation"):
             agent.store.append_event(

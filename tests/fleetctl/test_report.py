@@ -15,29 +15,15 @@ import yaml
 
 from fleetd.rules.config import shipped_rules_dir
 from tests.api.agent import Agent, start_agent
-from tests.fleetctl.conftest import Fleet, build_fleet, write_inventory
-from tests.fleetctl.test_explain import reset_run_done
+from tests.fleetctl.conftest import Fleet, acting_fleet, run_after_fault, single_agent_fleet
 
 ECC = "GpuEccUncorrectableError"
 
 
-def _fleet_of(tmp_path: Path, agent: Agent) -> Fleet:
-    built = build_fleet(tmp_path, healthy=0, with_slow=False)
-    built.agents.append(agent)
-    inventory = write_inventory(tmp_path / "one.yaml", [(agent.name, agent.address)])
-    built.env["FLEETCTL_INVENTORY"] = str(inventory)
-    return built
-
-
 @pytest.fixture
 def acting(tmp_path: Path) -> Iterator[Fleet]:
-    agent = start_agent(tmp_path / "acting", name="gpu-node-acting", remediation={"mode": "on"})
-    agent.tick(3)
-    fleet = _fleet_of(tmp_path, agent)
-    try:
+    with acting_fleet(tmp_path, {"mode": "on"}) as fleet:
         yield fleet
-    finally:
-        fleet.stop()
 
 
 def _metrics(agent: Agent) -> dict[str, float]:
@@ -52,7 +38,7 @@ def _metrics(agent: Agent) -> dict[str, float]:
 
 def test_a_reset_run_is_in_the_report_the_metrics_and_fleetctl(acting: Fleet) -> None:
     agent = acting.agents[0]
-    run_id = reset_run_done(agent)
+    run_id = run_after_fault(agent, "done")
     agent.tick(1)  # the next publication sees the concluded run
 
     result, _ = acting.run("report", agent.name, "--json")
@@ -115,8 +101,7 @@ def shadowed(tmp_path: Path) -> Iterator[Fleet]:
         remediation={"mode": "on"},
         rules={"local_dir": str(local)},
     )
-    agent.tick(3)
-    fleet = _fleet_of(tmp_path, agent)
+    fleet = single_agent_fleet(tmp_path, agent)
     try:
         yield fleet
     finally:

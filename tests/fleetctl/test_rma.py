@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.api.agent import POLL_INTERVAL, Agent, start_agent
-from tests.fleetctl.conftest import Fleet, build_fleet, write_inventory
+from tests.fleetctl.conftest import Fleet, acting_fleet, run_after_fault
 
 FIXTURES = Path(__file__).parents[1] / "remedy" / "fixtures" / "validators"
 
@@ -22,7 +21,6 @@ def fleet(tmp_path: Path) -> Iterator[Fleet]:
     tool = tmp_path / "rvs"
     tool.write_text(f"#!/bin/sh\ncat {FIXTURES / 'rvs_gst_gpu5_below_target.txt'}\n")
     tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
-    built = build_fleet(tmp_path, healthy=0, with_slow=False)
     remediation = {
         "mode": "on",
         "validation": {
@@ -32,32 +30,13 @@ def fleet(tmp_path: Path) -> Iterator[Fleet]:
             "plans": {"reset": ["rvs_gst"]},
         },
     }
-    acting = start_agent(tmp_path / "acting", name="gpu-node-acting", remediation=remediation)
-    acting.tick(3)
-    built.agents.append(acting)
-    inventory = write_inventory(tmp_path / "one.yaml", [(acting.name, acting.address)])
-    built.env["FLEETCTL_INVENTORY"] = str(inventory)
-    try:
+    with acting_fleet(tmp_path, remediation) as built:
         yield built
-    finally:
-        built.stop()
-
-
-def quarantined_by_the_ladder(agent: Agent) -> str:
-    agent.sim.inject(3, "ecc_uncorrectable")
-    for _ in range(12):
-        agent.clock.advance(POLL_INTERVAL)
-        agent.tick()
-    remedy = agent.remedy
-    assert remedy is not None
-    (run,) = remedy.runs()
-    assert run.state.value == "quarantined", run.outcome
-    return run.run_id
 
 
 def test_rma_list_and_show_the_gpu_that_needs_physical_action(fleet: Fleet) -> None:
     agent = fleet.agents[0]
-    run_id = quarantined_by_the_ladder(agent)
+    run_id = run_after_fault(agent, "quarantined")
     remedy = agent.remedy
     assert remedy is not None
     [record] = remedy.rma_records()

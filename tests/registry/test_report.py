@@ -18,8 +18,7 @@ from fleetd.registry.heartbeat import RegistryHeartbeat
 from fleetd.registry.reader import RegistryReader
 from fleetd.registry.report_reader import read_reports
 from tests.api.agent import Agent, start_agent
-from tests.fleetctl.conftest import run_fleetctl
-from tests.fleetctl.test_explain import reset_run_done
+from tests.fleetctl.conftest import run_after_fault, run_fleetctl
 
 pytestmark = pytest.mark.postgres
 
@@ -54,7 +53,7 @@ def test_fleetctl_report_db_combines_every_agents_summary(
     assert empty.exit_code == 0, empty.output
     assert json.loads(empty.output)["nodes"] == []
     # two nodes remediate a fault each; the third has nothing to report
-    runs = [reset_run_done(agent) for agent, _ in fleet[:2]]
+    runs = [run_after_fault(agent, "done") for agent, _ in fleet[:2]]
     for agent, beat in fleet:
         agent.tick(1)
         assert beat.beat(agent.clock.now()), beat.last_error
