@@ -38,6 +38,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -218,7 +219,10 @@ class Child:
 
 
 def measure_window(
-    daemon: Child, exporter: subprocess.Popen[bytes], exporter_url: str, warmup_s: float,
+    daemon: Child,
+    exporter: subprocess.Popen[bytes],
+    exporter_url: str,
+    warmup_s: float,
     measure_s: float,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """One daemon and node_exporter over the same window, each scraped every SCRAPE_S (the
@@ -325,6 +329,52 @@ def side_by_side(warmup_s: float, measure_s: float) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------ footprint
+class HandDriven:
+    """A replay daemon ticked by hand on a fake clock (1 s a tick), in this process, as its
+    jobs would tick it: poll, delivery and remediation every tick; store maintenance,
+    rediscovery and a /metrics fetch every SCRAPE_S ticks."""
+
+    def __init__(self, prefix: str) -> None:
+        from fleetd.clock import FakeClock
+        from fleetd.daemon import Daemon as FleetDaemon
+        from fleetd.logs import configure_logging
+        from fleetd.replay_wiring import DEFAULT_RECORDING, open_replay_backend, recording_config
+
+        configure_logging("json", "warning", stream=sys.stderr)
+        self.tmp = Path(tempfile.mkdtemp(prefix=prefix))
+        backend, self.replay = open_replay_backend(self.tmp, DEFAULT_RECORDING)
+        self.clock = FakeClock()
+        self.daemon = FleetDaemon(
+            recording_config(self.tmp), clock=self.clock, backend=backend, schedule_jobs=False
+        )
+        self.url = ""
+        self.ticks = 0
+
+    def start(self) -> None:
+        self.daemon.start()
+        assert self.daemon.http is not None
+        self.url = f"http://127.0.0.1:{self.daemon.http.port}/metrics"
+
+    def run(self, ticks: int, after: Callable[[int], None] | None = None) -> None:
+        """``ticks`` more ticks; ``after(n)`` after the n-th tick of the daemon's life."""
+        daemon = self.daemon
+        for _ in range(ticks):
+            self.ticks += 1
+            self.clock.advance(1.0)
+            daemon.tick()
+            daemon.deliver()
+            daemon.remediate()
+            if self.ticks % int(SCRAPE_S) == 0:
+                daemon.maintain()
+                fetch(self.url)
+            if after is not None:
+                after(self.ticks)
+
+    def stop(self) -> None:
+        self.daemon.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
 def footprint(ticks: int, every: int, trace: bool = False) -> dict[str, Any]:
     """RSS of a replay daemon ticked by hand ``ticks`` times on a fake clock: right after
     start, every ``every`` ticks, and the memory window's own figures. With ``trace``,
@@ -334,17 +384,9 @@ def footprint(ticks: int, every: int, trace: bool = False) -> dict[str, Any]:
 
     import psutil
 
-    from fleetd.clock import FakeClock
-    from fleetd.daemon import Daemon as FleetDaemon
-    from fleetd.logs import configure_logging
-    from fleetd.replay_wiring import DEFAULT_RECORDING, open_replay_backend, recording_config
-
-    configure_logging("json", "warning", stream=sys.stderr)
-    tmp = Path(tempfile.mkdtemp(prefix="fleetd-bench-footprint-"))
     process = psutil.Process()
-    backend, replay = open_replay_backend(tmp, DEFAULT_RECORDING)
-    clock = FakeClock()
-    daemon = FleetDaemon(recording_config(tmp), clock=clock, backend=backend, schedule_jobs=False)
+    driven = HandDriven("fleetd-bench-footprint-")
+    daemon, replay = driven.daemon, driven.replay
     samples: list[tuple[int, float]] = []
     retention_ticks = int(daemon.config.store.memory_retention)
     window: dict[str, Any] = {}
@@ -367,21 +409,10 @@ def footprint(ticks: int, every: int, trace: bool = False) -> dict[str, Any]:
     if trace:
         tracemalloc.start(8)
     cpu0 = time.process_time()
-    daemon.start()
+    driven.start()
     try:
-        assert daemon.http is not None
-        url = f"http://127.0.0.1:{daemon.http.port}/metrics"
         sample(0)
-        for tick in range(1, ticks + 1):
-            clock.advance(1.0)
-            daemon.tick()
-            daemon.deliver()
-            daemon.remediate()
-            if tick % int(SCRAPE_S) == 0:
-                daemon.maintain()
-                fetch(url)
-            if tick % every == 0 or tick == ticks:
-                sample(tick)
+        driven.run(ticks, lambda tick: sample(tick) if tick % every == 0 or tick == ticks else None)
         if first_full is not None:
             last = tracemalloc.take_snapshot()
             for stat in last.compare_to(first_full, "traceback")[:12]:
@@ -390,8 +421,7 @@ def footprint(ticks: int, every: int, trace: bool = False) -> dict[str, Any]:
                 for line in stat.traceback.format()[-8:]:
                     print("   " + line, file=sys.stderr)
     finally:
-        daemon.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
+        driven.stop()
     cpu = time.process_time() - cpu0
     full = [s for s in samples if s[0] >= retention_ticks] or samples
     return {
@@ -415,15 +445,9 @@ def footprint(ticks: int, every: int, trace: bool = False) -> dict[str, Any]:
 def breakdown(ticks: int) -> dict[str, Any]:
     """Where a replay daemon's CPU goes: ticked by hand on a fake clock (as ``footprint``),
     the thread CPU of each part of a tick, per tick, after 60 warm-up ticks."""
-    from collections.abc import Callable
-
     from fleetd.alert.dispatch import Dispatcher
-    from fleetd.clock import FakeClock
-    from fleetd.daemon import Daemon as FleetDaemon
     from fleetd.handoff import AlertStateKeeper
-    from fleetd.logs import configure_logging
     from fleetd.remedy.service import Remediation
-    from fleetd.replay_wiring import DEFAULT_RECORDING, open_replay_backend, recording_config
     from fleetd.rules.engine import RuleEngine
     from fleetd.rules.health import ServiceWatch
     from fleetd.selfmetrics import SelfMetrics
@@ -457,37 +481,19 @@ def breakdown(ticks: int) -> dict[str, Any]:
         (Dispatcher, "metrics", "alert metrics (in publish)"),
         (Remediation, "status", "remediation status (every caller)"),
     ]
-    configure_logging("json", "warning", stream=sys.stderr)
-    tmp = Path(tempfile.mkdtemp(prefix="fleetd-bench-breakdown-"))
-    backend, _replay = open_replay_backend(tmp, DEFAULT_RECORDING)
-    clock = FakeClock()
-    daemon = FleetDaemon(recording_config(tmp), clock=clock, backend=backend, schedule_jobs=False)
+    driven = HandDriven("fleetd-bench-breakdown-")
     for owner, name, label in parts:
         timed(owner, name, label)
-    timed(daemon, "tick", "tick (main thread, all of it)")
-    daemon.start()
+    timed(driven.daemon, "tick", "tick (main thread, all of it)")
+    driven.start()
     try:
-        assert daemon.http is not None
-        url = f"http://127.0.0.1:{daemon.http.port}/metrics"
-
-        def run(n: int) -> None:
-            for tick in range(1, n + 1):
-                clock.advance(1.0)
-                daemon.tick()
-                daemon.deliver()
-                daemon.remediate()
-                if tick % int(SCRAPE_S) == 0:
-                    daemon.maintain()
-                    fetch(url)
-
-        run(60)
+        driven.run(60)
         measuring[0] = True
         cpu0 = time.process_time()
-        run(ticks)
+        driven.run(ticks)
         cpu = time.process_time() - cpu0
     finally:
-        daemon.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
+        driven.stop()
     return {
         "bench": "daemon_breakdown",
         "ticks": ticks,
