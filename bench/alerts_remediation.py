@@ -180,18 +180,7 @@ def remediation_case() -> dict[str, Any]:
             "node": {"name": NODE, "labels": example["node"]["labels"]},
             "state_dir": str(tmp),
             "alerting": {"receivers": [{"name": "console", "console": [{}]}]},
-            "vllm": {
-                "workers": [
-                    {
-                        "name": n,
-                        "url": w.url,
-                        "gpus": list(w.gpus),
-                        "unit": w.unit,
-                        "model": w.model,
-                    }
-                    for n, w in fleet.workers.items()
-                ]
-            },
+            "vllm": {"workers": fleet.worker_config()},
             "remediation": remediation,
         }
     )

@@ -95,18 +95,7 @@ def bench(runs: int, workers: int, validators: int, checks: int) -> dict[str, An
         {
             "node": {"name": NODE},
             "state_dir": str(tmp),
-            "vllm": {
-                "workers": [
-                    {
-                        "name": n,
-                        "url": w.url,
-                        "gpus": list(w.gpus),
-                        "unit": w.unit,
-                        "model": w.model,
-                    }
-                    for n, w in fleet.workers.items()
-                ]
-            },
+            "vllm": {"workers": fleet.worker_config()},
             "remediation": section,
         }
     )

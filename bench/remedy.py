@@ -134,18 +134,7 @@ def bench(runs: int, workers: int, validators: int = 0) -> dict[str, Any]:
         {
             "node": {"name": NODE},
             "state_dir": str(tmp),
-            "vllm": {
-                "workers": [
-                    {
-                        "name": n,
-                        "url": w.url,
-                        "gpus": list(w.gpus),
-                        "unit": w.unit,
-                        "model": w.model,
-                    }
-                    for n, w in fleet.workers.items()
-                ]
-            },
+            "vllm": {"workers": fleet.worker_config()},
             "remediation": zero_wait_section(out_url, in_url),
         }
     )

@@ -693,6 +693,13 @@ class StandInFleet:
             f"{self.control_url}/rotation/{{worker}}/in",
         )
 
+    def worker_config(self) -> list[dict[str, Any]]:
+        """The stand-ins as fleetd.yaml's ``vllm.workers`` lists them."""
+        return [
+            {"name": name, "url": w.url, "gpus": list(w.gpus), "unit": w.unit, "model": w.model}
+            for name, w in self.workers.items()
+        ]
+
     def close(self) -> None:
         for worker in self.workers.values():
             worker.close()

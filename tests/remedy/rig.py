@@ -202,18 +202,7 @@ def make_rig(
         {
             "node": {"name": node_name},
             "state_dir": str(tmp),
-            "vllm": {
-                "workers": [
-                    {
-                        "name": name,
-                        "url": w.url,
-                        "gpus": list(w.gpus),
-                        "unit": w.unit,
-                        "model": w.model,
-                    }
-                    for name, w in fleet.workers.items()
-                ]
-            },
+            "vllm": {"workers": fleet.worker_config()},
             "remediation": section,
         }
     )
