@@ -248,6 +248,22 @@ def test_a_cursor_reset_does_not_repeat_records(tmp_path: Path) -> None:
     assert r.tally["repeat_dropped"] == 3
 
 
+class SaveSpy:
+    """Stands in ``reader.state.save``: records each write, refuses while ``failing``."""
+
+    def __init__(self, reader: CperReader, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.writes: list[dict[str, Any]] = []
+        self.failing = False
+        self._real = reader.state.save
+        monkeypatch.setattr(reader.state, "save", self)
+
+    def __call__(self, data: dict[str, Any]) -> None:
+        if self.failing:
+            raise OSError(28, "No space left on device")
+        self.writes.append(json.loads(json.dumps(data)))
+        self._real(data)
+
+
 def test_the_cursor_is_written_when_it_moves_not_at_every_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -255,21 +271,14 @@ def test_the_cursor_is_written_when_it_moves_not_at_every_read(
     smi = FakeAmdSmi()
     smi.add(2)
     r = reader(tmp_path, smi)
-    writes: list[dict[str, Any]] = []
-    real_save = r.state.save
-
-    def counted(data: dict[str, Any]) -> None:
-        writes.append(json.loads(json.dumps(data)))
-        real_save(data)
-
-    monkeypatch.setattr(r.state, "save", counted)
+    spy = SaveSpy(r, monkeypatch)
     r.read(GPU, object(), NOW)
     for i in range(5):
         assert r.read(GPU, object(), NOW + 1 + i).records == []
-    assert len(writes) == 1 and writes[0]["gpus"][GPU]["cursor"] == 2
+    assert len(spy.writes) == 1 and spy.writes[0]["gpus"][GPU]["cursor"] == 2
     smi.add(1)
     r.read(GPU, object(), NOW + 10)
-    assert len(writes) == 2 and writes[1]["gpus"][GPU]["cursor"] == 3
+    assert len(spy.writes) == 2 and spy.writes[1]["gpus"][GPU]["cursor"] == 3
 
 
 def test_a_cursor_write_that_failed_is_written_at_the_next_read(
@@ -278,18 +287,11 @@ def test_a_cursor_write_that_failed_is_written_at_the_next_read(
     smi = FakeAmdSmi()
     smi.add(1)
     r = reader(tmp_path, smi)
-    real_save = r.state.save
-    failing = [True]
-
-    def flaky(data: dict[str, Any]) -> None:
-        if failing[0]:
-            raise OSError(28, "No space left on device")
-        real_save(data)
-
-    monkeypatch.setattr(r.state, "save", flaky)
+    spy = SaveSpy(r, monkeypatch)
+    spy.failing = True
     r.read(GPU, object(), NOW)
     assert r.tally["cursor_write_failed"] == 1 and not (tmp_path / CURSOR_FILE).exists()
-    failing[0] = False
+    spy.failing = False
     assert r.read(GPU, object(), NOW + 1).records == []  # nothing new, but the write is owed
     assert json.loads((tmp_path / CURSOR_FILE).read_text())["gpus"][GPU]["cursor"] == 1
 
