@@ -1,20 +1,25 @@
-"""One poll of every GPU: a worker thread per GPU, a timeout per GPU, missing never zero.
+"""One poll of every GPU: one worker thread in turn, a timeout per poll, missing never zero.
 
-Each physical GPU has one long-lived daemon worker thread. A poll hands every idle worker a job
-(run all collectors on that GPU, and on a partitioned GPU on each of its logical devices in
-turn, partition 0 first) and waits until the shared deadline. Readings of collectors
-that finished in time are kept; the collector that was still running and those after it
-are reported missing with reason ``timeout``, using the series that collector produced last
-time. A GPU whose previous job is still stuck is not given another (no pile-up of threads):
-it is reported unresponsive until its call returns. A GPU that vanished from enumeration
-stays in the snapshot (present=False) with its readings missing.
+A poll hands the GPUs' jobs (all collectors on one physical GPU, and on a partitioned GPU on
+each of its logical devices in turn, partition 0 first) to one long-lived daemon worker,
+which runs them one after another: eight threads contending for the interpreter lock, which
+every amdsmi call releases and retakes, cost several times the CPU of one. When every
+worker on the poll has been inside its current job for ``HAND_OFF_AFTER_S`` with GPUs still
+waiting, the poller adds a worker from its pool, so a slow or hung GPU delays the others by
+that much, not by the timeout. At the shared deadline the readings of collectors that
+finished are kept; the collector that was still running and those after it (and a GPU whose
+turn never came) are reported missing with reason ``timeout``, using the series that
+collector produced last time. A GPU whose job is still stuck in a call is given no other
+(no pile-up of threads: its worker stays with the call): it is reported unresponsive until
+the call returns. A GPU that vanished from enumeration stays in the snapshot
+(present=False) with its readings missing.
 
 Board-level collectors (``board_level = True``: power, temperatures, PCIe, RAS, XGMI, throttle)
 run on partition 0 of a partitioned GPU only; on its other partitions they are *not
 applicable* — no readings, no missing count, no self-metric — never missing. The partitions of
-one physical GPU share one worker and one job: the thread hand-off, the deadline wait and
-the hung check are per physical GPU, so a CPX node (64 logical devices) costs 8 of them, as
-in SPX; a call stuck on one partition holds its siblings too (they are one device).
+one physical GPU share one job: the hung check is per physical GPU, so a CPX node (64 logical
+devices) runs 8 jobs, as in SPX; a call stuck on one partition holds its siblings too (they
+are one device).
 
 The poller adds two readings per GPU itself: ``fleetd_gpu_up`` and, per applicable
 collector, ``fleetd_gpu_readings_missing``.
@@ -25,6 +30,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -34,6 +40,8 @@ from fleetd.logs import get_logger
 from fleetd.model import CollectorResult, GpuIdentity, GpuStatus, Labels, Reading, Snapshot
 
 GPU_UP = "fleetd_gpu_up"
+# a worker inside one GPU's job this long, with GPUs waiting their turn, gets a helper
+HAND_OFF_AFTER_S = 0.1
 READINGS_MISSING = "fleetd_gpu_readings_missing"
 
 
@@ -102,46 +110,138 @@ class _Job:
             return self.harvested
 
 
+class _Run:
+    """The jobs of one poll, taken in turn by one worker, or by more when each stalls.
+
+    One thread running the GPUs one after another costs a fraction of eight threads
+    contending for the interpreter lock (every amdsmi call releases and retakes it). The
+    poller adds a worker only when every worker on the run has been inside its current job
+    for ``HAND_OFF_AFTER_S``: a slow or hung GPU delays the GPUs after it by that, not by
+    the timeout.
+    """
+
+    def __init__(self, jobs: Sequence[_Job]) -> None:
+        self._queue = deque(jobs)
+        self._changed = threading.Condition()
+        self._started: dict[_Worker, float] = {}  # worker → when its current job began
+        self._unfinished = len(jobs)
+        self._closed = False
+        self._handed_off = time.monotonic()  # as good as a job start: no hand-off before
+
+    def take(self, worker: _Worker) -> _Job | None:
+        """The next job for ``worker``, or None: the run is empty or closed."""
+        with self._changed:
+            if self._closed or not self._queue:
+                self._started.pop(worker, None)
+                return None
+            self._started[worker] = time.monotonic()
+            return self._queue.popleft()
+
+    def finished(self) -> None:
+        with self._changed:
+            self._unfinished -= 1
+            self._changed.notify_all()
+
+    def wait(self, until: float, hand_off_after: float) -> bool:
+        """Wait until every job finished (True), ``until`` passed (False), or every worker
+        has been inside its current job for ``hand_off_after`` with jobs still waiting
+        (True; the caller adds a worker)."""
+        with self._changed:
+            while self._unfinished:
+                now = time.monotonic()
+                if now >= until:
+                    return False
+                wake = until
+                if self._queue:
+                    latest = max([self._handed_off, *self._started.values()])
+                    stalled_at = latest + hand_off_after
+                    if stalled_at <= now:
+                        self._handed_off = now
+                        return True
+                    wake = min(wake, stalled_at)
+                self._changed.wait(wake - now)
+            return True
+
+    @property
+    def complete(self) -> bool:
+        with self._changed:
+            return not self._unfinished
+
+    @property
+    def waiting(self) -> bool:
+        with self._changed:
+            return bool(self._queue)
+
+    def close(self) -> list[_Job]:
+        """Take no more jobs; the jobs never started (their ``done`` is set: they never ran)."""
+        with self._changed:
+            self._closed = True
+            unstarted = list(self._queue)
+            self._queue.clear()
+        for job in unstarted:
+            job.done.set()
+        return unstarted
+
+
 class _Worker:
-    """A daemon thread that runs one GPU's jobs, one at a time.
+    """A daemon thread that takes jobs from the runs it is given, then goes back to its pool.
 
     Daemon, so a call stuck inside the GPU library can never keep the process from exiting.
     """
 
-    def __init__(self, name: str) -> None:
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._busy = threading.Event()
-        self._busy_since: float | None = None
+    def __init__(self, name: str, pool: _Pool) -> None:
+        self._runs: queue.SimpleQueue[_Run | None] = queue.SimpleQueue()
+        self._pool = pool
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
-    @property
-    def busy(self) -> bool:
-        return self._busy.is_set()
-
-    @property
-    def busy_since(self) -> float | None:
-        return self._busy_since if self.busy else None
-
-    def submit(self, job: _Job) -> None:
-        self._busy.set()
-        self._busy_since = job.now
-        self._jobs.put(job)
+    def submit(self, run: _Run) -> None:
+        self._runs.put(run)
 
     def stop(self) -> None:
-        self._jobs.put(None)
+        self._runs.put(None)
 
     def _loop(self) -> None:
         while True:
-            job = self._jobs.get()
-            if job is None:
+            run = self._runs.get()
+            if run is None:
                 return
-            try:
-                job.run()
-            finally:
-                # idle before done: a poll that sees ``done`` may submit again at once
-                self._busy.clear()
-                job.done.set()
+            while (job := run.take(self)) is not None:
+                try:
+                    job.run()
+                finally:
+                    job.done.set()
+                    run.finished()
+            self._pool.release(self)
+
+
+class _Pool:
+    """The poll's worker threads: one in the common case, one more for each GPU stuck in a
+    call (its worker stays with the call until it returns) or each stall being handed off."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[_Worker] = []
+        self._all: list[_Worker] = []
+
+    def acquire(self) -> _Worker:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+            worker = _Worker(f"fleetd-poll-{len(self._all)}", self)
+            self._all.append(worker)
+            return worker
+
+    def release(self, worker: _Worker) -> None:
+        with self._lock:
+            self._idle.append(worker)
+
+    def close(self) -> None:
+        """Let idle workers end (stuck ones are daemons and die with the process)."""
+        with self._lock:
+            idle, self._idle, self._all = self._idle, [], []
+        for worker in idle:
+            worker.stop()
 
 
 class Poller:
@@ -149,6 +249,8 @@ class Poller:
 
     ``gpu_timeout`` bounds how long one poll waits for the slowest GPU (real seconds).
     ``timer`` measures durations for self-metrics; tests pass a fake one for determinism.
+    ``hand_off_after`` (at most a quarter of the timeout): how long every worker may be inside
+    one GPU's job, with GPUs waiting, before another worker takes them.
     Not re-entrant: the daemon never overlaps polls.
     """
 
@@ -160,6 +262,7 @@ class Poller:
         node: str,
         gpu_timeout: float,
         timer: Callable[[], float] = time.perf_counter,
+        hand_off_after: float = HAND_OFF_AFTER_S,
     ) -> None:
         if gpu_timeout <= 0:
             raise ValueError("gpu_timeout must be greater than zero")
@@ -173,7 +276,11 @@ class Poller:
         self._node = node
         self._timeout = gpu_timeout
         self._timer = timer
-        self._workers: dict[str, _Worker] = {}  # by physical GPU (partition 0's BDF)
+        self._hand_off_after = min(hand_off_after, gpu_timeout / 4)
+        self._pool = _Pool()
+        # by physical GPU (partition 0's BDF): its job from an earlier poll, still inside a
+        # call (hung); the GPU gets no other job until that one returns
+        self._stuck: dict[str, _Job] = {}
         # last readings each collector produced per GPU: their series are what to report
         # missing next time (kept as they came: a poll copies nothing)
         self._templates: dict[tuple[str, str], Sequence[Reading]] = {}
@@ -195,22 +302,17 @@ class Poller:
         hung: dict[str, float | None] = {}
         pending: list[_Job] = []
         for physical, members in groups.items():
-            worker = self._workers.get(physical)
-            if worker is None:
-                worker = _Worker(f"fleetd-gpu-{members[0].identity.index}")
-                self._workers[physical] = worker
-            if worker.busy:
+            stuck = self._stuck.get(physical)
+            if stuck is not None and not stuck.done.is_set():
                 for gpu in members:
-                    hung[gpu.identity.bdf] = worker.busy_since
+                    hung[gpu.identity.bdf] = stuck.now
                 continue
+            self._stuck.pop(physical, None)
             job = _Job(tuple(members), self._collectors, self._secondary, now, self._timer)
-            worker.submit(job)
             pending.append(job)
             for gpu in members:
                 jobs[gpu.identity.bdf] = job
-
-        for job in pending:
-            job.done.wait(max(0.0, deadline - time.monotonic()))
+        self._run(pending, deadline)
 
         statuses: list[GpuStatus] = []
         readings: list[Reading] = []
@@ -292,10 +394,13 @@ class Poller:
         if not present:
             error = REASON_GPU_MISSING
         elif not responsive:
-            call = running[1] if running is not None and running[0] == bdf else None
-            if call is None and running is not None:
-                call = f"{running[1]} on {running[0]}"  # a sibling partition's call holds it
-            error = f"timeout after {self._timeout}s in {call}"
+            call: str | None = None
+            if running is None:  # not started (the GPUs before it took the time), or between
+                where = "between calls" if outcomes else "waiting for its turn"
+                error = f"timeout after {self._timeout}s {where}"
+            else:
+                call = running[1] if running[0] == bdf else f"{running[1]} on {running[0]}"
+                error = f"timeout after {self._timeout}s in {call}"
             log.warning("gpu_poll_timeout", gpu=identity.index, bdf=bdf, call=call)
         return self._status(identity, now, readings, missing_by, present, responsive, error)
 
@@ -358,15 +463,28 @@ class Poller:
             readings.append(Reading(READINGS_MISSING, cached[1], float(missing), now))
         return readings
 
+    def _run(self, jobs: list[_Job], deadline: float) -> None:
+        """Run ``jobs`` on one worker, adding one whenever all of them stall, until every job
+        is done or ``deadline`` passes; a job still running then marks its GPU stuck."""
+        if not jobs:
+            return
+        run = _Run(jobs)
+        self._pool.acquire().submit(run)
+        while run.wait(deadline, self._hand_off_after) and not run.complete:
+            if run.waiting:
+                self._pool.acquire().submit(run)
+        run.close()
+        for job in jobs:
+            if not job.done.is_set():
+                self._stuck[job.gpus[0].identity.physical_bdf] = job
+
     def busy(self) -> bool:
-        """Whether a GPU's worker is still inside a call from an earlier poll (hung)."""
-        return any(worker.busy for worker in self._workers.values())
+        """Whether a GPU's job from an earlier poll is still inside a call (hung)."""
+        return any(not job.done.is_set() for job in self._stuck.values())
 
     def close(self) -> None:
         """Let idle worker threads end (stuck ones are daemons and die with the process)."""
-        for worker in self._workers.values():
-            worker.stop()
-        self._workers.clear()
+        self._pool.close()
 
 
 def _with_error(status: GpuStatus, error: str) -> GpuStatus:

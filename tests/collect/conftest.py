@@ -11,7 +11,7 @@ import pytest
 from fleetd.clock import FakeClock
 from fleetd.collect.amdsmi_backend import AmdSmiBackend
 from fleetd.collect.collectors import default_collectors
-from fleetd.collect.poller import Poller
+from fleetd.collect.poller import HAND_OFF_AFTER_S, Poller
 from fleetd.model import Labels, Reading, Snapshot
 from fleetd.sim import SimNode, SimulatedAmdSmi, build_node
 
@@ -80,6 +80,7 @@ def make_rig(
     metrics_table: bool = False,
     compute_partition: str = "SPX",
     memory_partition: str = "NPS1",
+    hand_off_after: float = HAND_OFF_AFTER_S,
 ) -> Rig:
     """``sysfs``: give the node a fake sysfs tree there and the backend that root."""
     node = build_node(
@@ -103,6 +104,7 @@ def make_rig(
         node="sim-node",
         gpu_timeout=gpu_timeout,
         timer=clock.monotonic,
+        hand_off_after=hand_off_after,
     )
     return Rig(clock, node, backend, poller)
 

@@ -113,9 +113,9 @@ def test_secondaries_publish_no_self_metrics_for_collectors_that_do_not_apply(
 
 
 def test_a_hung_call_holds_its_physical_gpu_s_partitions_and_no_other(clock: FakeClock) -> None:
-    """The partitions of a physical GPU share one worker: a call hung on partition 0 leaves
-    its siblings unpolled (timeout), every other GPU's partitions are complete, and no
-    thread is started while it hangs."""
+    """The partitions of a physical GPU share one job: a call hung on partition 0 leaves
+    its siblings unpolled (timeout), every other GPU's partitions are complete (one more
+    worker takes them), and no thread is started while it hangs."""
     timeout = 1.0
     rig = make_rig(clock, model="MI300X", compute_partition="CPX", gpu_timeout=timeout)
     try:
@@ -133,6 +133,8 @@ def test_a_hung_call_holds_its_physical_gpu_s_partitions_and_no_other(clock: Fak
         # partition 0's collectors before the hung one kept their readings
         assert find(hung, "fleetd_gpu_power_watts", 24).value is not None
         assert find(hung, "fleetd_gpu_utilization_ratio", 25, engine="gfx").reason == "timeout"
+        assert len(set(threading.enumerate()) - threads_before) <= 1  # the hand-off's worker
+        threads_before = set(threading.enumerate())
         again = rig.poll()
         assert all("still running" in (again.gpus[i].error or "") for i in held)
         assert set(threading.enumerate()) - threads_before == set()

@@ -88,6 +88,9 @@ def test_hung_call_does_not_delay_other_gpus_beyond_the_timeout(clock: FakeClock
             if gpu_of((reading.metric, reading.labels)) != HUNG:
                 assert reading.value is not None or reading.metric.endswith("average_watts")
 
+        # the GPUs after the hung one went to one more worker; the hung one keeps its own
+        assert len(set(threading.enumerate()) - threads_before) <= 1
+        threads_before = set(threading.enumerate())
         # while the call still hangs, the GPU is not polled again: no pile-up of threads
         for _ in range(3):
             again = rig.poll()
@@ -106,6 +109,63 @@ def test_hung_call_does_not_delay_other_gpus_beyond_the_timeout(clock: FakeClock
                 break
         assert recovered.gpus[HUNG].responsive
         assert find(recovered, "fleetd_gpu_pcie_link_width_lanes", HUNG).value == 16
+    finally:
+        rig.close()
+
+
+def poll_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("fleetd-poll-")}
+
+
+def test_one_worker_thread_polls_every_gpu_in_turn_when_none_stalls(clock: FakeClock):
+    # a hand-off only after a stall of a quarter of the timeout: none here
+    rig = make_rig(clock, gpu_timeout=60.0, hand_off_after=60.0)
+    try:
+        before = poll_threads()
+        for _ in range(3):
+            snapshot = rig.poll()
+            assert all(status.responsive for status in snapshot.gpus)
+        assert len(poll_threads() - before) == 1  # one for all 8 GPUs, reused by each poll
+    finally:
+        rig.close()
+
+
+def test_gpus_whose_turn_never_came_are_missing_with_timeout_and_say_why(clock: FakeClock):
+    # hand-offs every 0.1 s within a 0.4 s timeout: at most 4 workers, all stuck on GPUs 0-3,
+    # so GPUs 5-7 (after the hung GPU 4) never get a turn in this poll
+    rig = make_rig(clock, gpu_timeout=0.4, hand_off_after=0.1)
+    try:
+        healthy = rig.poll()
+        hung = range(5)
+        for gpu in hung:
+            rig.node.inject(gpu, "hung_call", function="amdsmi_get_temp_metric")
+        before = poll_threads()
+        snapshot = rig.poll()
+        assert len(poll_threads() - before) <= 3  # the first worker, then hand-offs
+        for status in snapshot.gpus:
+            assert not status.responsive
+            if status.gpu.index in (5, 6, 7):
+                assert status.error == "timeout after 0.4s waiting for its turn"
+                assert find(snapshot, "fleetd_gpu_up", status.gpu.index).value == 0
+        assert {s.gpu.index for s in snapshot.gpus if "amdsmi_get_temp" in (s.error or "")} <= {
+            0,
+            1,
+            2,
+            3,
+        }
+        for reading in snapshot.readings:  # every series still there; none made up
+            if gpu_of((reading.metric, reading.labels)) in (5, 6, 7):
+                if reading.metric not in NOT_FROM_GPU:
+                    assert reading.value is None and reading.reason == "timeout"
+        assert by_key(snapshot).keys() == by_key(healthy).keys()
+
+        rig.node.release_hangs()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # the stuck workers return, and go back to the pool
+            recovered = rig.poll()
+            if all(status.responsive for status in recovered.gpus):
+                break
+        assert all(status.responsive for status in recovered.gpus)
     finally:
         rig.close()
 
