@@ -344,7 +344,7 @@ class Daemon:
             events = self.events
             event_series = events.readings(at, snapshot.readings) if events is not None else []
             transitions, derived = self._evaluate(at, event_series)
-        self.store.append([*fresh, *derived, *event_series], now=now)
+        self.store.append([*fresh, *derived, *event_series], now=now, also=self.alert_state)
         self.progress.poll_done(self.status_line(snapshot))
         if self.on_tick is not None:
             self.on_tick(self, snapshot, transitions)
@@ -358,7 +358,7 @@ class Daemon:
             now = max(self.now(), self._evaluated_at)
             event_series = self.events.readings(now)
             transitions, _derived = self._evaluate(now, event_series)
-        self.store.append(event_series, now=now)
+        self.store.append(event_series, now=now, also=self.alert_state)
         if transitions:
             self.deliver()
         return transitions
@@ -383,9 +383,9 @@ class Daemon:
             self.scheduler.run_soon("deliver")
         log_alert_events(transitions, self.store.append_event)  # for history and explain
         log_shadow_events(self.engine.take_shadow(), self.engine.rules, self.store.append_event)
-        # while the outbox holds notifications in memory only, so does the alert state: after
-        # a crash the rules re-announce what the database never recorded
-        self.alert_state.save(hold=self.handoff.pending() or self._storage_down())
+        # while the outbox holds notifications in memory only, so does the alert state: after a
+        # crash the rules re-announce what the database never recorded (ride: see the keeper)
+        self.alert_state.save(hold=self.handoff.pending() or self._storage_down(), ride=True)
         return transitions, self.self_metrics.publish(now)
 
     def _storage_down(self) -> bool:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_httpserver import HTTPServer
+from sqlalchemy import event
 
 from fleetd.api.alerts import current_alerts
 from fleetd.api.explain import explain_gpu
@@ -17,6 +18,7 @@ from fleetd.collect.amdsmi_backend import AmdSmiBackend
 from fleetd.config import FleetdConfig
 from fleetd.daemon import Daemon, SimContext
 from fleetd.model import AlertState
+from fleetd.rules.state_store import AlertStateStore
 from fleetd.sim import SimNode, SimulatedAmdSmi, build_node
 
 POLL = 5.0
@@ -113,6 +115,48 @@ def test_storage_locked_keeps_alerting_from_memory_and_raises_its_own_alert(
     assert "FleetdStorageDegraded" not in firing(daemon)
     stored = daemon.store.range("fleetd_gpu_up", start=clock.now() - 60, end=clock.now())
     assert stored and all(len(samples) >= 10 for samples in stored.values())
+    daemon.stop()
+
+
+def test_a_quiet_poll_is_one_commit_and_its_evaluation_time_rides_with_the_samples(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    node = build_node("MI355X", seed=3, clock=clock)
+    daemon = daemon_on(node, clock, config(tmp_path))
+    daemon.start()
+    run(daemon, clock, 3)
+    db = daemon.store.db
+    assert db is not None
+    commits: list[float] = []
+    event.listen(db.engine, "commit", lambda _conn: commits.append(clock.now()))
+    saved = AlertStateStore(db)
+
+    clock.advance(POLL)
+    daemon.tick()  # nothing changes: the samples and the evaluation time, one transaction
+    assert len(commits) == 1
+    assert saved.load()[1] == daemon.engine.last_eval_at == clock.now()
+
+    evaluated = clock.now()
+    locker = sqlite3.connect(tmp_path / "fleetd.db", timeout=0.01)
+    locker.execute("BEGIN IMMEDIATE")  # the poll's transaction cannot be written
+    try:
+        clock.advance(POLL)
+        daemon.tick()
+    finally:
+        locker.rollback()
+        locker.close()
+    assert saved.load()[1] == evaluated  # kept, not lost: it goes with the next poll
+    clock.advance(10)  # past the store's retry interval: the store is written again, and
+    daemon.tick()  # (held while the store was down) the alert state follows at the next poll
+    clock.advance(POLL)
+    daemon.tick()
+    assert saved.load()[1] == daemon.engine.last_eval_at == clock.now()
+
+    node.inject(4, "xgmi_link_down", link=2)  # a transition: saved at once, before the samples
+    commits.clear()
+    run(daemon, clock, 2)
+    assert "GpuXgmiLinkDown" in {entry.alert.key.rule for entry in saved.load()[0]}
+    assert len(commits) > 2
     daemon.stop()
 
 

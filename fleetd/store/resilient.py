@@ -49,7 +49,7 @@ from fleetd.store.db import Database, SchemaTooNewError
 from fleetd.store.events import Event, EventKind, EventLog
 from fleetd.store.functions import Summary
 from fleetd.store.maintenance import Maintenance, MaintenanceReport
-from fleetd.store.samples import SampleStore
+from fleetd.store.samples import Rider, SampleStore
 
 log = get_logger("store")
 
@@ -354,9 +354,16 @@ class ResilientStore(QueryBase):
         return True
 
     # ------------------------------------------------------------------------- writing
-    def append(self, readings: Iterable[Reading], *, now: float) -> bool:
+    def append(
+        self,
+        readings: Iterable[Reading],
+        *,
+        now: float,
+        also: Rider | None = None,
+    ) -> bool:
         """Store one poll; True when it reached the database, False when it was kept in the
-        backlog (storage degraded). Never raises for storage errors."""
+        backlog (storage degraded). Never raises for storage errors. ``also`` writes in the
+        poll's transaction (``SampleStore.append``); it is not run when the poll is kept."""
         batch = tuple(r for r in readings if r.value is not None)
         if not self._lock.acquire(timeout=POLL_LOCK_WAIT):
             self._waiting.append(batch)  # maintenance holds the store: never wait for it
@@ -373,7 +380,7 @@ class ResilientStore(QueryBase):
                 for _ in range(min(FLUSH_PER_WRITE, len(self._backlog))):
                     self._samples_written += samples.append(self._backlog[0])
                     self._backlog.popleft()
-                self._samples_written += samples.append(batch)
+                self._samples_written += samples.append(batch, also=also)
             except _DB_ERRORS as exc:
                 self._keep(batch)
                 self._fail("write", exc, now)

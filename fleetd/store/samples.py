@@ -13,6 +13,9 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
+
+from sqlalchemy import Connection
 
 from fleetd.model import Reading, Sample, SeriesKey
 from fleetd.query import Matcher, QueryBase, Span, WindowFn
@@ -33,6 +36,16 @@ def _ceil_to(ms: int, step: int) -> int:
 
 def _floor_to(ms: int, step: int) -> int:
     return ms // step * step
+
+
+class Rider(Protocol):
+    """What another part writes in a poll's transaction (``SampleStore.append``)."""
+
+    def ride(self, conn: Connection) -> None:
+        """Write, inside the transaction."""
+
+    def rode(self, committed: bool) -> None:
+        """After the transaction: whether what ``ride`` wrote was committed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,11 +78,13 @@ class SampleStore(QueryBase):
         self.registry.reload()
         return result
 
-    def append(self, readings: Iterable[Reading]) -> int:
+    def append(self, readings: Iterable[Reading], *, also: Rider | None = None) -> int:
         """Write one poll's readings in one transaction; missing ones are skipped.
 
         Returns the number of samples written. Either every sample of the call is stored or,
         on an error (raised), none is. Readings are grouped by timestamp into head rows.
+        ``also`` writes what goes with the poll (the rules' evaluation time) in the same
+        transaction, one commit and one fsync per poll, and is told whether it committed.
         """
         registry = self.registry
         polls: dict[int, dict[int, float]] = {}
@@ -100,11 +115,17 @@ class SampleStore(QueryBase):
                 ]
                 if rows:
                     conn.execute(head_table.insert(), rows)
+                if also is not None:
+                    also.ride(conn)
                 written = sum(len(poll) for poll in polls.values())
         except BaseException:
             registry.discard_pending()
+            if also is not None:
+                also.rode(False)
             raise
         registry.commit_pending()
+        if also is not None:
+            also.rode(True)
         return written
 
     # ---------------------------------------------------------------------- selection
