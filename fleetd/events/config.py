@@ -113,9 +113,9 @@ class AmdsmiEventsSection(StrictModel):
     with a process and reach fleetd only as root (fleetd then asks for every process's).
     `page_fault_start` cannot be received through amdsmi 7.0.2 (its enum numbers it 8 and its
     read() drops the real event 7): listing it is logged and ignored."""
-    read_timeout: Annotated[Duration, Span(0, "5s", above=True)] = 0.25
+    read_timeout: Annotated[Duration, Span(0, "5s", above=True)] = 1.0
     """How long one read waits for events (the thread's wake-up; an event is delivered at
-    once whatever this is)."""
+    once whatever this is). Each wake-up costs CPU on an idle node; a stop waits for it."""
 
 
 class IncidentSection(StrictModel):

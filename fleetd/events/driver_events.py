@@ -136,7 +136,7 @@ class AmdSmiEventSource:
         *,
         kinds: Sequence[str] = DEVICE_WIDE,
         lock: Any = None,
-        read_timeout: float = 0.25,
+        read_timeout: float = 1.0,
         reopen_interval: float = 5.0,
         now: Callable[[], float] = time.time,
     ) -> None:
