@@ -125,7 +125,8 @@ class KernelLogFollower:
         self.tally = Tally()
         self.parser = KernelLogParser(gpus)
         self.sink = sink
-        self.events: queue.Queue[KernelEvent] = queue.Queue(maxsize=config.queue_size)
+        # None: a consumer's own wake-up (to see its stop flag); the follower never puts it
+        self.events: queue.Queue[KernelEvent | None] = queue.Queue(maxsize=config.queue_size)
         self.log = get_logger("events.kernel_log")
         self.source: Source | None = None
         self._saved: dict[str, Any] = self.state.load() or {}

@@ -208,6 +208,9 @@ class EventService:
 
     def stop(self) -> None:
         self._stop.set()
+        if self.follower is not None:  # wake the thread (it waits without a timeout)
+            with contextlib.suppress(queue.Full):  # full: it is draining, and sees the flag
+                self.follower.events.put_nowait(None)
         if self.driver is not None:
             self.driver.stop()
         if self.follower is not None:
@@ -220,14 +223,15 @@ class EventService:
         assert self.follower is not None
         events = self.follower.events
         while not self._stop.is_set():
-            try:
-                first = events.get(timeout=0.5)
-            except queue.Empty:
+            first = events.get()  # no timeout: an idle wake-up costs CPU, and stop() wakes it
+            if first is None:
                 continue
             batch = [first]
             with contextlib.suppress(queue.Empty):
                 while len(batch) < 1000:
-                    batch.append(events.get_nowait())
+                    event = events.get_nowait()
+                    if event is not None:
+                        batch.append(event)
             try:
                 if self.handle_kernel_events(batch):
                     self.on_arrival()
