@@ -128,19 +128,22 @@ class _Run:
         self._closed = False
         self._handed_off = time.monotonic()  # as good as a job start: no hand-off before
 
-    def take(self, worker: _Worker) -> _Job | None:
-        """The next job for ``worker``, or None: the run is empty or closed."""
+    def next_job(self, worker: _Worker, *, finished: _Job | None = None) -> _Job | None:
+        """The next job for ``worker``, after it ``finished`` one; None: the run is empty or
+        closed, and the worker is back in its pool before the poll can see the run complete
+        (so the next poll finds it idle)."""
         with self._changed:
+            job: _Job | None = None
             if self._closed or not self._queue:
                 self._started.pop(worker, None)
-                return None
-            self._started[worker] = time.monotonic()
-            return self._queue.popleft()
-
-    def finished(self) -> None:
-        with self._changed:
-            self._unfinished -= 1
-            self._changed.notify_all()
+                worker.idle()
+            else:
+                self._started[worker] = time.monotonic()
+                job = self._queue.popleft()
+            if finished is not None:
+                self._unfinished -= 1
+                self._changed.notify_all()
+            return job
 
     def wait(self, until: float, hand_off_after: float) -> bool:
         """Wait until every job finished (True), ``until`` passed (False), or every worker
@@ -201,18 +204,23 @@ class _Worker:
     def stop(self) -> None:
         self._runs.put(None)
 
+    def idle(self) -> None:
+        self._pool.release(self)
+
     def _loop(self) -> None:
         while True:
             run = self._runs.get()
             if run is None:
                 return
-            while (job := run.take(self)) is not None:
+            job = run.next_job(self)
+            while job is not None:
                 try:
                     job.run()
+                except Exception as exc:  # a bug here must not end the thread or the poll
+                    log.error("poll_job_failed", error=f"{type(exc).__name__}: {exc}")
                 finally:
                     job.done.set()
-                    run.finished()
-            self._pool.release(self)
+                job = run.next_job(self, finished=job)
 
 
 class _Pool:
