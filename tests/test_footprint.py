@@ -41,7 +41,8 @@ def test_a_node_daemon_loads_neither_the_simulator_nor_rich() -> None:
 # Loaded on demand only (docs/performance.md, "Footprint: lazy imports"): the other `fleetd`
 # subcommands (looked up by name), the fleet registry's client (registry.url), the vendors'
 # notifiers (a receiver using them), the vLLM peer comparison (vLLM workers), the simulated
-# kernel log (--simulate). fleetd.registry.config stays: it is a section of the config.
+# kernel log (--simulate), the remediation steps (a first run). fleetd.registry.config stays:
+# it is a section of the config.
 _LAZY = (
     "fleetd.cli.config_cmd",
     "fleetd.cli.demo_cmd",
@@ -64,6 +65,11 @@ _LAZY = (
     "fleetd.vllm.peers",
     "fleetd.vllm.fleet",
     "fleetd.events.simlog",
+    "fleetd.remedy.steps.drain",
+    "fleetd.remedy.steps.readmit",
+    "fleetd.remedy.steps.reset",
+    "fleetd.remedy.steps.terminal",
+    "fleetd.remedy.steps.validate",
 )
 
 
