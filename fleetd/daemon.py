@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import requests
 from prometheus_client import CollectorRegistry
@@ -49,7 +49,6 @@ from fleetd.model import Reading, Snapshot, Transition
 from fleetd.parts import build_dispatcher, build_engine, build_node_remediation, build_poller
 from fleetd.polltiming import PollTiming
 from fleetd.progress import PollProgress
-from fleetd.registry.heartbeat import RegistryHeartbeat
 from fleetd.reload import apply_reload, reload_logged
 from fleetd.remedy.events import ChangeSink
 from fleetd.remedy.reliability import REFRESH_S as KPI_REFRESH_S
@@ -68,6 +67,9 @@ from fleetd.store.hybrid import HybridQuery, warm_memory
 from fleetd.store.memory import MemoryWindow
 from fleetd.store.resilient import ResilientStore
 from fleetd.vllm_wiring import VllmWiring
+
+if TYPE_CHECKING:  # loaded only with registry.url (fleetd/fleet_wiring.py)
+    from fleetd.registry.heartbeat import RegistryHeartbeat
 
 log = get_logger("daemon")
 

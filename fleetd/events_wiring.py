@@ -17,16 +17,18 @@ import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fleetd.collect.amdsmi_backend import AmdSmiBackend
 from fleetd.config import FleetdConfig
 from fleetd.events.service import EventService, gpus_of
-from fleetd.events.simlog import SIM_LOG, SimKernelLog
 from fleetd.logs import get_logger
 from fleetd.model import Reading
 from fleetd.remedy.service import Remediation
 from fleetd.rules.health import out_of_service
+
+if TYPE_CHECKING:  # the simulated kernel log loads only with the simulator (footprint)
+    from fleetd.events.simlog import SimKernelLog
 
 log = get_logger("events")
 
@@ -80,6 +82,8 @@ class EventWiring:
         sim_log = None
         path = None
         if daemon.sim is not None and config.kernel_log.source != "off":
+            from fleetd.events.simlog import SIM_LOG, SimKernelLog
+
             path = daemon.config.state_dir / SIM_LOG
             try:
                 sim_log = SimKernelLog(daemon.sim.node, path)

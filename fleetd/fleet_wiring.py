@@ -11,17 +11,19 @@ when the GPUs were enumerated anew (a re-partition reloads the driver), under th
 from __future__ import annotations
 
 import threading
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from fleetd import __version__
 from fleetd.api.services import ApiServices
 from fleetd.collect.amdsmi_backend import AmdSmiBackend
 from fleetd.config import FleetdConfig
 from fleetd.doctor import partition_modes
-from fleetd.registry.drift import NodeVersions, firmware_text, node_versions, partition_layout
-from fleetd.registry.heartbeat import RegistryHeartbeat, default_address
 from fleetd.remedy.service import Remediation
-from fleetd.vllm.peers import PeerComparison
+
+if TYPE_CHECKING:  # the registry's modules load only when registry.url is set (footprint)
+    from fleetd.registry.drift import NodeVersions
+    from fleetd.registry.heartbeat import RegistryHeartbeat
+    from fleetd.vllm.peers import PeerComparison
 
 FLEET_SILENCE_CACHE = "fleet-silences.json"  # the fleet silences last read, across restarts
 
@@ -40,6 +42,8 @@ class NodeVersionReader:
         self._partition: tuple[tuple[str, ...], str | None] | None = None  # GPUs → layout
 
     def __call__(self) -> NodeVersions:
+        from fleetd.registry.drift import firmware_text, node_versions, partition_layout
+
         abi = self._backend.abi
         amdsmi = "/".join(v for v in (abi.package, abi.library) if v) or None
         gpus = self._backend.gpus()
@@ -74,6 +78,8 @@ def start_heartbeat(
     registry = config.registry
     if registry.url is None:
         return None
+    from fleetd.registry.heartbeat import RegistryHeartbeat, default_address
+
     tls = config.http.tls_cert is not None
     versions = NodeVersionReader(backend, poller)
     if serving is not None:

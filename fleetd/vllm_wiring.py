@@ -18,7 +18,6 @@ from fleetd.store.memory import MemoryWindow
 from fleetd.store.resilient import ResilientStore
 from fleetd.vllm.collector import TokensPerJouleTracker, VllmScraper
 from fleetd.vllm.config import VllmConfig
-from fleetd.vllm.peers import PeerComparison
 
 
 class VllmWiring:
@@ -26,6 +25,9 @@ class VllmWiring:
     ``vllm`` job runs them."""
 
     def __init__(self, config: VllmConfig, session: requests.Session) -> None:
+        # imported here: a node without vLLM workers never loads it (docs/performance.md)
+        from fleetd.vllm.peers import PeerComparison
+
         self.scraper = VllmScraper(config.workers, session, timeout=config.timeout)
         self.tokens = TokensPerJouleTracker(config.workers)
         self.peers = PeerComparison(

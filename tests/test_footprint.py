@@ -38,6 +38,66 @@ def test_a_node_daemon_loads_neither_the_simulator_nor_rich() -> None:
     assert out.stdout.strip() == "[]"
 
 
+# Loaded on demand only (docs/performance.md, "Footprint: lazy imports"): the other `fleetd`
+# subcommands (looked up by name), the fleet registry's client (registry.url), the vendors'
+# notifiers (a receiver using them), the vLLM peer comparison (vLLM workers), the simulated
+# kernel log (--simulate), the remediation steps (a first run). fleetd.registry.config stays:
+# it is a section of the config.
+_LAZY = (
+    "fleetd.cli.config_cmd",
+    "fleetd.cli.demo_cmd",
+    "fleetd.cli.doctor_cmd",
+    "fleetd.cli.rules_cmd",
+    "fleetd.rules.ruletest",
+    "fleetd.rules.export",
+    "fleetd.rules.render",
+    "fleetd.registry.heartbeat",
+    "fleetd.registry.drift",
+    "fleetd.registry.store",
+    "fleetd.registry.reader",
+    "fleetd.registry.report",
+    "fleetd.registry.serving",
+    "fleetd.registry.silences",
+    "fleetd.alert.pagerduty",
+    "fleetd.alert.slack",
+    "fleetd.alert.webhook",
+    "fleetd.alert.alertmanager",
+    "fleetd.vllm.peers",
+    "fleetd.vllm.fleet",
+    "fleetd.events.simlog",
+    "fleetd.remedy.steps.drain",
+    "fleetd.remedy.steps.readmit",
+    "fleetd.remedy.steps.reset",
+    "fleetd.remedy.steps.terminal",
+    "fleetd.remedy.steps.validate",
+)
+
+
+def test_a_node_daemon_loads_no_code_its_configuration_does_not_use() -> None:
+    code = (
+        "import sys, fleetd.cli.fleetd_main, fleetd.daemon, fleetd.cli.run_cmd; "
+        f"print(sorted(m for m in {_LAZY!r} if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def test_fleetd_still_lists_and_runs_every_subcommand_it_loads_on_demand() -> None:
+    from click.testing import CliRunner
+
+    from fleetd.cli.fleetd_main import main
+
+    listed = CliRunner().invoke(main, ["--help"])
+    assert listed.exit_code == 0, listed.output
+    for name in ("config", "demo", "doctor", "rules", "run"):
+        assert f"\n  {name} " in listed.output
+        shown = CliRunner().invoke(main, [name, "--help"])
+        assert shown.exit_code == 0, shown.output
+    assert CliRunner().invoke(main, ["nosuch"]).exit_code == 2
+
+
 def _depth(error: BaseException) -> int:
     depth, tb = 0, error.__traceback__
     while tb is not None:

@@ -3,6 +3,10 @@
 An integration is one entry under a receiver (``receivers[].slack[0]``...); its id,
 ``<receiver>/<kind>/<index>``, names its outbox queue, its notification-log entries and its
 metrics. Each gets a token bucket sized to its vendor's rate limit unless configured.
+
+A vendor's notifier module is imported only when a receiver uses it: a node that sends to
+Alertmanager alone does not load the PagerDuty, Slack and webhook code (docs/performance.md,
+footprint).
 """
 
 from __future__ import annotations
@@ -13,15 +17,11 @@ from typing import TextIO
 
 import requests
 
-from fleetd.alert.alertmanager import AlertmanagerNotifier
 from fleetd.alert.base import DeliveryMode, Notifier
 from fleetd.alert.config import AlertingConfig, RateLimitConfig
 from fleetd.alert.console import ConsoleNotifier
-from fleetd.alert.pagerduty import PagerDutyNotifier
 from fleetd.alert.retry import TokenBucket
-from fleetd.alert.slack import SlackNotifier
 from fleetd.alert.ticket import TICKET_KIND, TicketNotifier
-from fleetd.alert.webhook import WebhookNotifier
 from fleetd.configbase import Secret
 
 # (per second, burst). PagerDuty: "approximately 120 calls/minute per integration key" over a
@@ -115,6 +115,8 @@ def build_integrations(
         name = receiver.name
         items: list[Integration] = []
         for i, pd in enumerate(receiver.pagerduty):
+            from fleetd.alert.pagerduty import PagerDutyNotifier
+
             notifier: Notifier = PagerDutyNotifier(
                 pd, session, source=node, external_url=config.external_url
             )
@@ -125,6 +127,8 @@ def build_integrations(
                 )
             )
         for i, sl in enumerate(receiver.slack):
+            from fleetd.alert.slack import SlackNotifier
+
             notifier = SlackNotifier(sl, session)
             delivery = (sl.send_resolved, sl.send_changes)
             secrets = (sl.webhook_url, sl.bot_token)
@@ -132,12 +136,16 @@ def build_integrations(
                 _integration(name, "slack", i, notifier, delivery, sl.rate_limit, *secrets)
             )
         for i, wh in enumerate(receiver.webhook):
+            from fleetd.alert.webhook import WebhookNotifier
+
             notifier = WebhookNotifier(wh, session)
             delivery = (wh.send_resolved, wh.send_changes)
             items.append(
                 _integration(name, "webhook", i, notifier, delivery, wh.rate_limit, wh.url)
             )
         for i, am in enumerate(receiver.alertmanager):
+            from fleetd.alert.alertmanager import AlertmanagerNotifier
+
             # a sync integration mirrors alerts: resolves always, change events never
             notifier = AlertmanagerNotifier(am, session)
             items.append(

@@ -27,6 +27,7 @@ re-exports the names callers use (``machine.Run``, ``machine.ReadLoad``, …).
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import cache
 
 from fleetd.remedy.codec import run_from_dict, run_to_dict
 from fleetd.remedy.messages import (
@@ -91,7 +92,6 @@ from fleetd.remedy.run import (
     WorkerProgress,
     due,
 )
-from fleetd.remedy.steps import drain, readmit, reset, terminal, validate
 from fleetd.remedy.steps.common import Handler, Step, gpu_list, gpu_ranges, name_list
 
 
@@ -146,6 +146,8 @@ def plan_run(
 # ------------------------------------------------------------------------------------ the step
 def step(run: Run, event: Event, now: float) -> Step:
     """Advance ``run`` by one event at time ``now``; return the new run and what to do next."""
+    from fleetd.remedy.steps import terminal, validate
+
     if run.terminal:  # only the outcome of the capture a quarantine asked for
         return terminal.on_terminal(run, event, now)
     if isinstance(event, Cancel):
@@ -156,7 +158,7 @@ def step(run: Run, event: Event, now: float) -> Step:
         return _replan(run, event)
     if isinstance(event, Resumed):
         run = replace(run, resumed=run.resumed + 1)
-    handler = _HANDLERS[run.state]
+    handler = _handlers()[run.state]
     return handler(run, event, now)
 
 
@@ -185,26 +187,32 @@ def _replan(run: Run, event: Replan) -> Step:
     ]
 
 
-_HANDLERS: dict[RunState, Handler] = {
-    RunState.PLANNED: drain.on_planned,
-    RunState.UNROUTING: drain.on_unrouting,
-    RunState.BALANCER_WAIT: drain.on_balancer_wait,
-    RunState.QUIESCING: drain.on_quiescing,
-    RunState.STOPPING: drain.on_stopping,
-    RunState.RELEASE_CHECK: drain.on_release_check,
-    RunState.RESETTING: reset.on_resetting,
-    RunState.REBOOTING: reset.on_rebooting,
-    RunState.VERIFYING: reset.on_verifying,
-    RunState.BURN_IN: reset.on_burn_in,
-    RunState.VALIDATING: validate.on_validating,
-    RunState.STARTING: readmit.on_starting,
-    RunState.AWAIT_READY: readmit.on_await_ready,
-    RunState.ROLLING_BACK: terminal.on_rolling_back,
-    RunState.DONE: terminal.on_terminal,
-    RunState.QUARANTINED: terminal.on_terminal,
-    RunState.ABORTED: terminal.on_terminal,
-    RunState.DRAINED: terminal.on_terminal,
-}
+@cache
+def _handlers() -> dict[RunState, Handler]:
+    """The handler of each state. The step modules are imported at a node's first run, not
+    at start: a healthy node never steps a run (docs/performance.md, footprint)."""
+    from fleetd.remedy.steps import drain, readmit, reset, terminal, validate
+
+    return {
+        RunState.PLANNED: drain.on_planned,
+        RunState.UNROUTING: drain.on_unrouting,
+        RunState.BALANCER_WAIT: drain.on_balancer_wait,
+        RunState.QUIESCING: drain.on_quiescing,
+        RunState.STOPPING: drain.on_stopping,
+        RunState.RELEASE_CHECK: drain.on_release_check,
+        RunState.RESETTING: reset.on_resetting,
+        RunState.REBOOTING: reset.on_rebooting,
+        RunState.VERIFYING: reset.on_verifying,
+        RunState.BURN_IN: reset.on_burn_in,
+        RunState.VALIDATING: validate.on_validating,
+        RunState.STARTING: readmit.on_starting,
+        RunState.AWAIT_READY: readmit.on_await_ready,
+        RunState.ROLLING_BACK: terminal.on_rolling_back,
+        RunState.DONE: terminal.on_terminal,
+        RunState.QUARANTINED: terminal.on_terminal,
+        RunState.ABORTED: terminal.on_terminal,
+        RunState.DRAINED: terminal.on_terminal,
+    }
 
 
 # ------------------------------------------------------------------------------------ storage
