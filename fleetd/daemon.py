@@ -109,6 +109,7 @@ class Daemon:
         self.heartbeat: RegistryHeartbeat | None = None
         self._stop = threading.Event()
         self._reload_requested = threading.Event()
+        self._wake = threading.Event()  # the main thread sleeps until a signal or a stop
         self._reload_lock = threading.Lock()
         self._started = False
         self.progress = PollProgress(self.notifier, clock)  # READY, STATUS, WATCHDOG
@@ -282,26 +283,27 @@ class Daemon:
         signal.signal(signal.SIGHUP, self._on_signal)
 
     def run_until_stopped(self) -> None:
-        """Serve until a stop is requested, handling reload requests. Main thread only."""
+        """Serve until a stop is requested, handling reload requests. Main thread only; it
+        sleeps until a signal or ``request_stop`` wakes it (no timer wake-ups)."""
         while not self._stop.is_set():
-            self._stop.wait(0.5)
+            self._wake.wait()
+            self._wake.clear()
             if self._reload_requested.is_set():
                 self._reload_requested.clear()
                 self.reload()
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
-        if signum == signal.SIGHUP:
-            self._reload_requested.set()
-        else:
-            self._stop.set()
+        (self._reload_requested if signum == signal.SIGHUP else self._stop).set()
+        self._wake.set()
 
     def request_stop(self) -> None:
         self._stop.set()
+        self._wake.set()
 
     def stop(self) -> None:
         """Stop the jobs, let a running tick finish, close everything. Safe to call twice."""
         self.notifier.stopping()
-        self._stop.set()
+        self.request_stop()
         if self.events is not None:
             self.events.stop()
         if self.scheduler.running:
