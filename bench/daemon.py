@@ -18,7 +18,9 @@ and the ratios ``fleetd own CPU per tick / node_exporter CPU per scrape`` and th
 series. ``--footprint-ticks N`` instead ticks a replay daemon by hand N times on a fake clock
 (in this process; /metrics fetched every 5 ticks) and prints its RSS along the way;
 ``--breakdown-ticks N`` ticks one the same way and prints the thread CPU of each part of a
-tick (rules, remediation status, self-metrics, store, alert state).
+tick (rules, remediation status, self-metrics, store, alert state); ``--http-requests N``
+runs one replay daemon and prints its HTTP threads' CPU per request of /healthz, /metrics
+and /api/v1/status, and in ms per second at the 5 s scrape cadence.
 
 Prints one JSON line.
 """
@@ -148,6 +150,9 @@ def child(kind: str, state: Path, port: int, stats: Path) -> None:
         nonlocal sequence
         sequence += 1
         figures: dict[str, Any] = {"seq": sequence}
+        # which thread is which, for a reader of /proc/PID/task/*/schedstat (Python 3.11
+        # does not name native threads, so comm says "python" for every one of them)
+        figures["threads"] = {str(t.native_id): t.name for t in threading.enumerate()}
         if replay is not None:
             figures |= {
                 "replay_cpu_s": replay.cpu_s,
@@ -218,6 +223,20 @@ class Child:
             self.proc.kill()
 
 
+def every_scrape(measure_s: float, scrape: Callable[[], object]) -> tuple[int, float]:
+    """``scrape()`` now and every SCRAPE_S for ``measure_s``: how many, and the seconds taken."""
+    t0 = time.monotonic()
+    scrapes = 0
+    while True:
+        scrape()
+        scrapes += 1
+        next_at = t0 + scrapes * SCRAPE_S
+        if next_at - t0 > measure_s:
+            break
+        time.sleep(max(0.0, next_at - time.monotonic()))
+    return scrapes, time.monotonic() - t0
+
+
 def measure_window(
     daemon: Child,
     exporter: subprocess.Popen[bytes],
@@ -233,19 +252,15 @@ def measure_window(
     stats0 = daemon.stats_now()
     polls0 = metric(fetch(daemon.metrics_url), "fleetd_polls_total")
     exporter_cpu0 = cpu_seconds(exporter.pid)
-    t0 = time.monotonic()
-    scrapes = 0
-    ne_text = text = ""
-    while True:
-        ne_text = fetch(exporter_url)
-        text = fetch(daemon.metrics_url)
+    texts = {"ne": "", "fleetd": ""}
+
+    def scrape() -> None:
+        texts["ne"] = fetch(exporter_url)
+        texts["fleetd"] = fetch(daemon.metrics_url)
         fetch(daemon.status_url)
-        scrapes += 1
-        next_at = t0 + scrapes * SCRAPE_S
-        if next_at - t0 > measure_s:
-            break
-        time.sleep(max(0.0, next_at - time.monotonic()))
-    elapsed = time.monotonic() - t0
+
+    scrapes, elapsed = every_scrape(measure_s, scrape)
+    ne_text, text = texts["ne"], texts["fleetd"]
     exporter_cpu = cpu_seconds(exporter.pid) - exporter_cpu0
     cpu = cpu_seconds(daemon.proc.pid) - cpu0
     stats1 = daemon.stats_now()
@@ -326,6 +341,57 @@ def side_by_side(warmup_s: float, measure_s: float) -> dict[str, Any]:
         exporter.terminate()
         exporter.wait(timeout=30)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------ HTTP side
+def http_side(requests: int, warmup_s: float, measure_s: float) -> dict[str, Any]:
+    """The HTTP threads' CPU in a replay daemon (its I/O loops and handler pool, by name from
+    the child's stats): per request of /healthz, /metrics and /api/v1/status (``requests``
+    of each, 1.1 s apart so each sees a new poll, the median), then in ms per second over
+    ``measure_s`` with /metrics and /api/v1/status fetched every SCRAPE_S."""
+    tmp = Path(tempfile.mkdtemp(prefix="fleetd-bench-http-"))
+    daemon = Child("replay", tmp)
+    try:
+        wait_http(daemon.metrics_url, daemon.proc)
+        time.sleep(warmup_s)
+        names = daemon.stats_now()["threads"]
+        http = [tid for tid, name in names.items() if name.startswith("fleetd-http")]
+
+        def http_cpu() -> float:
+            total = 0
+            for tid in http:
+                stat = Path(f"/proc/{daemon.proc.pid}/task/{tid}/schedstat")
+                total += int(stat.read_text().split()[0])
+            return total / 1e9
+
+        base = daemon.metrics_url.removesuffix("/metrics")
+        per_request: dict[str, float] = {}
+        for path in ("/healthz", "/metrics", "/api/v1/status"):
+            spent = []
+            for _ in range(requests):
+                time.sleep(1.1)
+                cpu0 = http_cpu()
+                fetch(base + path)
+                spent.append(http_cpu() - cpu0)
+            per_request[path] = round(1000 * sorted(spent)[len(spent) // 2], 2)
+        cpu0 = http_cpu()
+        _, elapsed = every_scrape(
+            measure_s, lambda: (fetch(daemon.metrics_url), fetch(daemon.status_url))
+        )
+        ms_per_s = 1000 * (http_cpu() - cpu0) / elapsed
+    finally:
+        daemon.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {
+        "bench": "daemon_http",
+        "cpu_ms_per_request": per_request,
+        "http_threads_cpu_ms_per_s": round(ms_per_s, 2),
+        "measure_s": round(elapsed, 1),
+        "note": "replay daemon (8 GPUs, 1 s polls); CPU of the HTTP threads only (schedstat: "
+        "kernel time of the socket calls included); per request the median of "
+        f"{requests}, each after a new poll; ms/s with /metrics and /api/v1/status every "
+        f"{SCRAPE_S:g} s",
+    }
 
 
 # ------------------------------------------------------------------------------ footprint
@@ -521,6 +587,9 @@ def main() -> None:
     parser.add_argument(
         "--breakdown-ticks", type=int, default=0, help="instead: CPU per part of a tick"
     )
+    parser.add_argument(
+        "--http-requests", type=int, default=0, help="instead: HTTP threads' CPU per request"
+    )
     parser.add_argument("--child", choices=["replay", "simulator"], help=argparse.SUPPRESS)
     parser.add_argument("--state", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -534,6 +603,9 @@ def main() -> None:
         return
     if args.breakdown_ticks:
         print(json.dumps(breakdown(args.breakdown_ticks)))
+        return
+    if args.http_requests:
+        print(json.dumps(http_side(args.http_requests, args.warmup, args.measure)))
         return
     if not Path(NODE_EXPORTER).exists():
         raise SystemExit(f"{NODE_EXPORTER} not found (apt-get install prometheus-node-exporter)")

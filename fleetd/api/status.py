@@ -107,19 +107,65 @@ _memo: tuple[Snapshot, dict[int, _GpuReadings], dict[int, dict[str, float | None
 def _indexed(
     snapshot: Snapshot | None,
 ) -> tuple[dict[int, _GpuReadings], dict[int, dict[str, float | None]]]:
-    """``index_readings`` and every GPU's ``key_readings``, computed once per snapshot: a
-    burst of status requests (every scraper of the fleet at once) between two polls shares
-    them. The snapshot is immutable, so the memo is valid as long as it is the same object."""
+    """Each GPU's ``fleetd_gpu_info`` readings and its ``key_readings``, computed once per
+    snapshot: a burst of status requests (every scraper of the fleet at once) between two
+    polls shares them. The snapshot is immutable, so the memo is valid as long as it is the
+    same object. Equal to ``index_readings`` and ``key_readings`` (a test holds them
+    together), in one pass over the readings with each series' role remembered."""
     global _memo
     memo = _memo
     if snapshot is None:
         return {}, {}
     if memo is not None and memo[0] is snapshot:
         return memo[1], memo[2]
-    readings = index_readings(snapshot)
-    keys = {index: key_readings(found) for index, found in readings.items()}
+    readings: dict[int, _GpuReadings] = {}
+    values: dict[int, list[list[float | None]]] = {}
+    for reading in snapshot.readings:
+        metric = reading.metric
+        if metric not in _WANTED:
+            continue
+        gpu, roles = _role(metric, reading.labels)
+        if gpu is None:
+            continue
+        slots = values.get(gpu)
+        if slots is None:
+            slots = values[gpu] = [[] for _ in KEY_READINGS]
+            readings[gpu] = _GpuReadings()
+        if metric == "fleetd_gpu_info":
+            readings[gpu].by_metric.setdefault(metric, []).append(reading)
+        for role in roles:
+            slots[role].append(reading.value)
+    keys = {
+        gpu: {
+            spec.name: _combine(spec, found)
+            for spec, found in zip(KEY_READINGS, slots, strict=True)
+        }
+        for gpu, slots in values.items()
+    }
     _memo = (snapshot, readings, keys)
     return readings, keys
+
+
+_ROLE_LIMIT = 100_000  # series remembered; far above any node's count of wanted series
+_roles: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[int | None, tuple[int, ...]]] = {}
+
+
+def _role(metric: str, labels: tuple[tuple[str, str], ...]) -> tuple[int | None, tuple[int, ...]]:
+    """The GPU a series is of and the key readings it counts in (positions in
+    KEY_READINGS); the same series come every poll, so it is worked out once per series."""
+    key = (metric, labels)
+    found = _roles.get(key)
+    if found is None:
+        roles = tuple(
+            i
+            for i, spec in enumerate(KEY_READINGS)
+            if spec.metric == metric and all(label_value(labels, k) == v for k, v in spec.labels)
+        )
+        found = (gpu_of(labels), roles)
+        if len(_roles) >= _ROLE_LIMIT:
+            _roles.clear()
+        _roles[key] = found
+    return found
 
 
 def key_readings(readings: _GpuReadings | None) -> dict[str, float | None]:
@@ -128,14 +174,18 @@ def key_readings(readings: _GpuReadings | None) -> dict[str, float | None]:
     for spec in KEY_READINGS:
         found = [] if readings is None else readings.by_metric.get(spec.metric, [])
         chosen = [r for r in found if all(label_value(r.labels, k) == v for k, v in spec.labels)]
-        values = [r.value for r in chosen]
-        if not values or any(v is None for v in values):
-            out[spec.name] = None
-        elif spec.combine == "sum":
-            out[spec.name] = float(sum(v for v in values if v is not None))
-        else:
-            out[spec.name] = values[-1]
+        out[spec.name] = _combine(spec, [r.value for r in chosen])
     return out
+
+
+def _combine(spec: KeyReading, values: list[float | None]) -> float | None:
+    """One key reading from the values of its series: None when there is none or one is
+    missing, else their sum or the last one, as ``spec`` says."""
+    if not values or any(v is None for v in values):
+        return None
+    if spec.combine == "sum":
+        return float(sum(v for v in values if v is not None))
+    return values[-1]
 
 
 def _identity(status: GpuStatus | None, readings: _GpuReadings | None) -> Json:

@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TypeVar
 
 from sqlalchemy import (
     Boolean,
@@ -40,6 +39,7 @@ from fleetd.store.db import Database
 from fleetd.store.rows import batches, compact_json, json_row, json_rows
 from fleetd.store.schema import METADATA
 from fleetd.store.upsert import upsert
+from fleetd.store.writes import writes_on
 
 runs_table = Table(
     "remedy_runs",
@@ -127,7 +127,7 @@ breaker_table = Table(
 
 FLEET_TABLES = (leases_table, failures_table, breaker_table)
 
-_K = TypeVar("_K")
+_Counts = tuple[tuple[tuple[tuple[str, str], int], ...], int]  # ((plan, state), n)…, resets
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,14 +142,16 @@ class RunJournal:
     """Runs and their events in the node's database; one writer (this node's daemon).
 
     Being the only writer, it keeps what every evaluation asks (the runs holding GPUs, the
-    pause switch) in memory between its own writes: each write moves ``_generation`` on
-    after it ends, and a read made while a write ran is not kept."""
+    pause switch, the counts /metrics shows) in memory between writes: each write moves the
+    database's write count on after it ends (``fleetd.store.writes``, shared with the other
+    journal over the same database), and a read made while a write ran is not kept."""
 
     def __init__(self, db: Database) -> None:
         self._db = db
-        self._generation = 0
+        self._writes = writes_on(db)
         self._holding: dict[str, tuple[int, tuple[Run, ...]]] = {}
         self._pause: dict[str, tuple[int, PauseState]] = {}
+        self._counts: dict[str, tuple[int, _Counts]] = {}
 
     @contextmanager
     def _writing(self) -> Iterator[Connection]:
@@ -158,7 +160,7 @@ class RunJournal:
             with self._db.begin() as conn:
                 yield conn
         finally:
-            self._generation += 1
+            self._writes.ended()
 
     # ---- writes ------------------------------------------------------------------------
     def save(
@@ -259,26 +261,18 @@ class RunJournal:
 
     def holding(self, node: str) -> list[Run]:
         """Finished runs that still hold GPUs out of service (quarantined, drained, …); read
-        every evaluation, so kept between this journal's writes."""
+        every evaluation, so kept between this journal's writes (the query is built only
+        when it is read: building it costs more than the rest of a kept read)."""
+        held = self._writes.kept(self._holding, node, lambda: self._read_holding(node))
+        return list(held)
+
+    def _read_holding(self, node: str) -> tuple[Run, ...]:
         query = (
             select(runs_table.c.data)
             .where(runs_table.c.node == node, runs_table.c.holding.is_(True))
             .order_by(runs_table.c.created_at, runs_table.c.run_id)
         )
-        held: tuple[Run, ...] = self._kept(self._holding, node, lambda: tuple(self._runs(query)))
-        return list(held)
-
-    def _kept(self, cache: dict[str, tuple[int, _K]], node: str, read: Callable[[], _K]) -> _K:
-        """``read()``, or what it gave last for ``node`` if no write ended since; a value read
-        while a write ended is not kept."""
-        generation = self._generation
-        kept = cache.get(node)
-        if kept is not None and kept[0] == generation:
-            return kept[1]
-        value = read()
-        if self._generation == generation:  # no write ended meanwhile
-            cache[node] = (generation, value)
-        return value
+        return tuple(self._runs(query))
 
     def runs(self, node: str, *, since: float | None = None, limit: int = 200) -> list[Run]:
         """Runs of ``node`` created at or after ``since``, newest first."""
@@ -295,7 +289,13 @@ class RunJournal:
         return json_rows(self._db, query, event_from_dict)
 
     def counts(self, node: str) -> tuple[dict[tuple[str, str], int], int]:
-        """Concluded runs by (plan, state), and the resets issued (dry runs excluded)."""
+        """Concluded runs by (plan, state), and the resets issued (dry runs excluded); every
+        /metrics scrape asks (twice: remediation and reliability), so kept between writes
+        on the database as ``holding`` is (only ``save`` changes what it counts)."""
+        counted = self._writes.kept(self._counts, node, lambda: self._read_counts(node))
+        return dict(counted[0]), counted[1]
+
+    def _read_counts(self, node: str) -> _Counts:
         with self._db.read() as conn:
             rows = conn.execute(
                 select(runs_table.c.plan, runs_table.c.state, func.count())
@@ -313,7 +313,7 @@ class RunJournal:
                     runs_table.c.reset_count > 0,
                 )
             ).scalar_one()
-        return {(str(p), str(s)): int(n) for p, s, n in rows}, int(resets)
+        return tuple(((str(p), str(s)), int(n)) for p, s, n in rows), int(resets)
 
     def events(
         self, *, run_id: str | None = None, node: str | None = None, limit: int = 1000
@@ -354,7 +354,7 @@ class RunJournal:
     # ---- pause switch --------------------------------------------------------------------
     def pause_state(self, node: str) -> PauseState:
         """The pause switch of ``node`` (kept between this journal's writes, as ``holding``)."""
-        return self._kept(self._pause, node, lambda: self._read_pause(node))
+        return self._writes.kept(self._pause, node, lambda: self._read_pause(node))
 
     def _read_pause(self, node: str) -> PauseState:
         with self._db.read() as conn:

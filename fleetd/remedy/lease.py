@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import threading
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from sqlalchemy import (
     Connection,
@@ -57,6 +57,7 @@ from fleetd.remedy.journal import FLEET_TABLES, breaker_table, failures_table, l
 from fleetd.store.db import Database, engine_url
 from fleetd.store.migrations import lease_labels
 from fleetd.store.schema import METADATA
+from fleetd.store.writes import writes_on
 
 _nodes = table(  # the registry's fleet_nodes (fleetd.registry.store), read for group sizes
     "fleet_nodes",
@@ -70,6 +71,7 @@ _nodes = table(  # the registry's fleet_nodes (fleetd.registry.store), read for 
 log = get_logger("remedy.lease")
 
 _LOCK_KEY = zlib.crc32(b"fleetd-remediation-fleet-lease")
+_V = TypeVar("_V")
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +157,12 @@ class SqlFleetLease:
         self._group_breakers = breaker.groups if registry else []
         self._last_out = 0  # what out_of_service and breaker last read (shown in an outage)
         self._last_breaker = BreakerStatus(False, scope=scope)
+        # per node, this lease is the only writer of its tables in the node's database, so
+        # what /metrics and the status page read (every scrape) is kept between its writes;
+        # the registry's tables are written by every node: always read
+        self._writes = None if registry else writes_on(db)
+        self._kept_out: dict[str, tuple[int, int]] = {}
+        self._kept_breaker: dict[str, tuple[int, BreakerStatus]] = {}
 
     @classmethod
     def local(
@@ -231,10 +239,25 @@ class SqlFleetLease:
     @contextmanager
     def _locked(self) -> Iterator[Connection]:
         self._ensure_tables()
-        with self._local_lock, self._db.begin() as conn:
-            if self._pg:
-                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
-            yield conn
+        try:
+            with self._local_lock, self._db.begin() as conn:
+                if self._pg:
+                    conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
+                yield conn
+        finally:
+            if self._writes is not None:
+                self._writes.ended()
+
+    def _read_kept(self, cache: dict[str, tuple[int, _V]], read: Callable[[Connection], _V]) -> _V:
+        """``read`` in a read transaction; per node, kept until this lease writes again."""
+
+        def fresh() -> _V:
+            with self._read() as conn:
+                return read(conn)
+
+        if self._writes is None:
+            return fresh()
+        return self._writes.kept(cache, self._scope, fresh)
 
     # ---- cap ---------------------------------------------------------------------------
     def acquire(
@@ -337,8 +360,7 @@ class SqlFleetLease:
         """GPUs out under the lease; with the registry unreachable, the count last read (a
         status page must not fail with it; decisions never use this)."""
         try:
-            with self._read() as conn:
-                self._last_out = self._out(conn)
+            self._last_out = self._read_kept(self._kept_out, self._out)
         except SQLAlchemyError as exc:
             if not self._registry:
                 raise
@@ -411,9 +433,8 @@ class SqlFleetLease:
         """The breaker that stops this node's runs; with the registry unreachable, the one
         last read, saying so (``acquire`` refuses every run meanwhile)."""
         try:
-            with self._read() as conn:
-                self._last_breaker = self._breaker(conn)
-                return self._last_breaker
+            self._last_breaker = self._read_kept(self._kept_breaker, self._breaker)
+            return self._last_breaker
         except SQLAlchemyError as exc:
             if not self._registry:
                 raise

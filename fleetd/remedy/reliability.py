@@ -65,6 +65,7 @@ class ReliabilityReporter:
         self._lock = threading.Lock()
         self._last: Report | None = None
         self._last_key: object = None
+        self._shown: tuple[Report, list[Reading]] | None = None  # what ``readings`` gave last
 
     def configure(self, *, window_s: float, probation_s: float) -> None:
         """A reload's window and probation (the next report uses them)."""
@@ -125,7 +126,16 @@ class ReliabilityReporter:
         return self.report(now)
 
     def readings(self, now: float) -> list[Reading]:
-        return report_readings(self.cached(now), now)
+        """The report's series; the same report's are built once (every /metrics scrape
+        asks, and the kept report changes every ``REFRESH_S`` at most): their values are the
+        report's, only their timestamp, which /metrics does not show, is of the first ask."""
+        report = self.cached(now)
+        shown = self._shown
+        if shown is not None and shown[0] is report:
+            return list(shown[1])
+        readings = report_readings(report, now)
+        self._shown = (report, readings)
+        return list(readings)
 
     def summary(self, now: float) -> dict[str, Any]:
         """The figures without the per-run list (what the registry heartbeat publishes)."""

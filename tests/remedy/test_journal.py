@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -93,7 +93,7 @@ def test_pause_switch(db: Database) -> None:
 
 
 def test_what_every_evaluation_reads_follows_each_write_and_a_failed_one(
-    db: Database, monkeypatch: pytest.MonkeyPatch
+    db: Database, monkeypatch: pytest.MonkeyPatch, count_reads: Callable[[Database], list[str]]
 ) -> None:
     """``holding`` and ``pause_state`` are kept between the journal's own writes: each write,
     committed or not, is seen by the next read, and reads in between do not query."""
@@ -106,14 +106,7 @@ def test_what_every_evaluation_reads_follows_each_write_and_a_failed_one(
     journal.set_paused("node-a", PauseState(True, "ops", "maintenance", NOW))
     assert journal.pause_state("node-a") == PauseState(True, "ops", "maintenance", NOW)
     assert journal.holding("node-a") == [held]  # read again after the pause was written
-    queries: list[str] = []
-    real_read = db.read
-
-    def counted_read(*args: object, **kwargs: object) -> object:
-        queries.append("read")
-        return real_read(*args, **kwargs)
-
-    monkeypatch.setattr(db, "read", counted_read)
+    queries = count_reads(db)
     for _ in range(3):
         assert journal.holding("node-a") == [held] and journal.pause_state("node-a").paused
     assert queries == []
@@ -130,3 +123,27 @@ def test_what_every_evaluation_reads_follows_each_write_and_a_failed_one(
     monkeypatch.setattr(db, "begin", real_begin)
     journal.save(released)
     assert journal.holding("node-a") == [] and journal.holding("node-b") == []
+
+
+def test_counts_follow_each_save_by_any_journal_over_the_database(
+    db: Database, count_reads: Callable[[Database], list[str]]
+) -> None:
+    """``counts`` (every /metrics scrape) is kept between writes, and the write counter is
+    the database's: the reliability report's journal, a second object over the same
+    database that never writes, sees a run the remediation's journal concluded."""
+    writer, reader = RunJournal(db), RunJournal(db)
+    run, _ = new_run()
+    writer.save(run)
+    assert reader.counts("node-a") == ({}, 0)
+    assert reader.holding("node-a") == []
+    queries = count_reads(db)
+    assert reader.counts("node-a") == ({}, 0) and queries == []  # kept: no write since
+    done = replace(
+        run, state=m.RunState.QUARANTINED, holding=True, reset_count=1, entered_at=NOW + 9
+    )
+    writer.save(done)
+    assert reader.counts("node-a") == ({("reset", "quarantined"): 1}, 1)
+    assert reader.holding("node-a") == [done]
+    counted, _ = reader.counts("node-a")
+    counted[("reset", "quarantined")] = 99  # a caller's copy: the kept value is not changed
+    assert reader.counts("node-a") == ({("reset", "quarantined"): 1}, 1)
