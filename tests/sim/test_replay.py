@@ -106,8 +106,9 @@ def test_answers_cycle_through_the_recorded_ticks_so_counters_move(tmp_path: Pat
     seen = [replay.amdsmi_get_gpu_metrics_info(handle)["energy_accumulator"] for _ in range(4)]
     assert seen[0] < seen[1] < seen[2]  # three polls recorded: the counter moved each time
     assert seen[3] == seen[0]  # then the first tick again
-    first, again = replay.amdsmi_get_gpu_metrics_info(handle), replay.amdsmi_get_gpu_metrics_info(
-        handle
+    first, again = (
+        replay.amdsmi_get_gpu_metrics_info(handle),
+        replay.amdsmi_get_gpu_metrics_info(handle),
     )
     assert first is not again  # a fresh object each call, as from the real package
 
@@ -164,6 +165,27 @@ def test_the_shipped_recording_loads_and_covers_every_gpu() -> None:
     assert {"amdsmi_get_gpu_metrics_info", "amdsmi_get_gpu_total_ecc_count"} <= replay.functions
 
 
+def test_the_shipped_recording_answers_every_call_of_todays_daemon(tmp_path: Path) -> None:
+    """The benchmarks' recording is not stale: a daemon as configured today (its event read's
+    timeout is part of the call's key, for one) gets every answer from it, never a miss."""
+    backend, replay = open_replay_backend(tmp_path, DEFAULT_RECORDING)
+    clock = FakeClock()
+    daemon = Daemon(recording_config(tmp_path), clock=clock, backend=backend, schedule_jobs=False)
+    daemon.start()
+    try:
+        assert daemon.events is not None and daemon.events.service.driver is not None
+        for tick in range(1, 14):  # past one slow-tier round (slow_every 12)
+            clock.advance(1.0)
+            daemon.tick()
+            daemon.events.poll_cper()
+            assert daemon.events.service.driver.read_once() is not None
+            if tick % 5 == 0:
+                daemon.maintain()
+    finally:
+        daemon.stop()
+    assert replay.misses == {}
+
+
 def test_a_daemon_over_a_recorded_daemon_runs_without_a_miss(tmp_path: Path) -> None:
     """End to end: record the real daemon over the simulator, then run a real daemon (poll,
     rules, store, alerts, remediation, events, HTTP) over the recording past one cycle."""
@@ -171,9 +193,7 @@ def test_a_daemon_over_a_recorded_daemon_runs_without_a_miss(tmp_path: Path) -> 
     state = tmp_path / "replay"
     backend, replay = open_replay_backend(state, recording)
     clock = FakeClock()
-    daemon = Daemon(
-        recording_config(state), clock=clock, backend=backend, schedule_jobs=False
-    )
+    daemon = Daemon(recording_config(state), clock=clock, backend=backend, schedule_jobs=False)
     daemon.start()
     try:
         assert daemon.http is not None
