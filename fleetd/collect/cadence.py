@@ -22,6 +22,10 @@ SLOW_METRICS: frozenset[str] = frozenset(
         "fleetd_gpu_xgmi_read_bytes_total",
         "fleetd_gpu_xgmi_write_bytes_total",
         "fleetd_gpu_power_cap_watts",
+        # static (read once per discovery), sent with the slow tier: no sample every poll
+        "fleetd_gpu_ecc_enabled",
+        "fleetd_gpu_retired_pages_threshold",
+        "fleetd_gpu_temperature_limit_celsius",
     }
 )
 """Metrics read on the slow tier: the rules allow them ``slow_every`` polls per read."""

@@ -274,6 +274,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     ),
 )
 
+
 def _histogram_series(family: str, what: str) -> tuple[MetricSpec, ...]:
     """A vLLM latency histogram: stored and read by rules as three series (``family_bucket``
     with ``le``, ``family_sum``, ``family_count``), exported as one histogram family."""

@@ -15,7 +15,8 @@ class CollectConfig(StrictModel):
     `slow_every` polls and keep the time they were read, so their data age is honest and the
     rules give them `slow_every` times as long before they count as stale. Static readings
     (limits, VRAM size, ECC-enabled blocks, bad-page threshold) are read once per discovery;
-    the processes on each GPU every `poll.slow_interval`.
+    the temperature limits, ECC-enabled blocks and bad-page threshold are sent with the slow
+    tier. The processes on each GPU are read every `poll.slow_interval`.
     """
 
     slow_every: StrictInt = Field(default=12, ge=1, le=3600)

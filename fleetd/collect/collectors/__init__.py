@@ -40,7 +40,7 @@ def default_collectors(
     energy and activity from the gpu_metrics table instead of a call each."""
     return [
         IdentityCollector(),
-        TemperatureCollector(from_metrics=metrics_table),
+        TemperatureCollector(from_metrics=metrics_table, slow_every=slow_every),
         PowerCollector(slow_every=slow_every, from_metrics=metrics_table),
         EccCollector(slow_every=slow_every, guard=ecc_guard),
         PcieCollector(),

@@ -3,7 +3,8 @@
 The totals (one call) are read every poll and guard the rest: per-block counts (one call per
 enabled block) and retired pages are on the slow tier (``fleetd.collect.cadence``) and are
 read at once when a total moved since their last read, so a new error is counted per block
-in the poll that sees it.
+in the poll that sees it. The static readings (ECC-enabled blocks, the bad-page threshold;
+read once per discovery) go out with the slow tier too.
 
 Counts are per driver load (a reset or reload zeroes them; the query layer treats a decrease
 as a counter reset). Retired pages are persistent (board EEPROM). The bad-page threshold
@@ -11,6 +12,8 @@ needs root and debugfs; without them it is missing (not_supported), never zero.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from fleetd.collect import parse
 from fleetd.collect.base import Readings, attempt, field
@@ -50,12 +53,6 @@ class EccCollector:
         mask, err = attempt(gpu.static, "ecc_enabled", gpu.ecc_enabled)
         enabled = parse.enabled_blocks(mask, blocks) if err is None else None
         reason = err or parse.missing_reason(mask)
-        if enabled is None:
-            for block in blocks:
-                out.missing(ENABLED, reason, labels=(("block", block),))
-        else:
-            for block, on in enabled.items():
-                out.add(ENABLED, 1.0 if on else 0.0, labels=(("block", block),))
 
         memo = gpu.memo()
         seen = tuple(field(total, key) for _, key in parse.ECC_TYPES) if total_err is None else None
@@ -64,23 +61,32 @@ class EccCollector:
             gpu,
             self.name,
             self.slow_every,
-            lambda: self._slow(gpu, now, enabled, reason),
+            lambda: self._slow(gpu, now, blocks, enabled, reason),
             force=moved,
         )
         if fresh and seen is not None:
             memo[_MEMO_TOTALS] = seen
         out.items.extend(slow)
-
-        raw, err = attempt(gpu.static, "bad_page_threshold", gpu.bad_page_threshold)
-        out.add(THRESHOLD, parse.count(raw), raw, reason=err)
         return out.items
 
     @staticmethod
     def _slow(
-        gpu: GpuSource, now: float, enabled: dict[str, bool] | None, reason: str | None
+        gpu: GpuSource,
+        now: float,
+        blocks: Iterable[str],
+        enabled: dict[str, bool] | None,
+        reason: str | None,
     ) -> list[Reading]:
-        """Per-block counts of the enabled blocks and the retired pages by status."""
+        """Per-block counts of the enabled blocks and the retired pages by status; with them
+        the static readings (ECC-enabled blocks, bad-page threshold: read once per discovery),
+        which need no sample every poll."""
         out = Readings(gpu.identity, now)
+        if enabled is None:
+            for block in blocks:
+                out.missing(ENABLED, reason or parse.REASON_WRONG_TYPE, labels=(("block", block),))
+        else:
+            for block, on in enabled.items():
+                out.add(ENABLED, 1.0 if on else 0.0, labels=(("block", block),))
         memo = gpu.memo()
         if enabled is None:
             # keep the series the GPU had: its blocks go missing rather than vanish
@@ -100,6 +106,8 @@ class EccCollector:
         for status in parse.PAGE_STATUSES.values():
             value = by_status[status] if by_status is not None else None
             out.add(RETIRED, value, reason=pages_reason, labels=(("status", status),))
+        raw, err = attempt(gpu.static, "bad_page_threshold", gpu.bad_page_threshold)
+        out.add(THRESHOLD, parse.count(raw), raw, reason=err)
         return out.items
 
     @staticmethod

@@ -14,6 +14,7 @@ from functools import partial
 
 from fleetd.collect import parse
 from fleetd.collect.base import Readings, attempt, field
+from fleetd.collect.cadence import slow_every_of, slow_part
 from fleetd.collect.source import GpuSource
 from fleetd.model import Reading
 
@@ -32,13 +33,16 @@ METRICS_KEYS = {
 
 class TemperatureCollector:
     """``from_metrics``: the current temperatures from the gpu_metrics table (the call every
-    poll makes anyway) instead of one amdsmi_get_temp_metric call per sensor."""
+    poll makes anyway) instead of one amdsmi_get_temp_metric call per sensor. The limits are
+    static (read once per discovery) and go out on the slow tier (every ``slow_every``
+    polls, with the time of that poll), like the ECC-enabled blocks."""
 
     name = "temperature"
     board_level = True  # partition 0 only: NOT applicable on other partitions
 
-    def __init__(self, from_metrics: bool = False) -> None:
+    def __init__(self, from_metrics: bool = False, slow_every: int = 1) -> None:
         self.from_metrics = from_metrics
+        self.slow_every = slow_every_of(slow_every)
 
     def collect(self, gpu: GpuSource, now: float) -> list[Reading]:
         out = Readings(gpu.identity, now)
@@ -51,18 +55,21 @@ class TemperatureCollector:
                 read = partial(gpu.temp_metric, sensor, "CURRENT")
                 raw, err = attempt(gpu.feature, f"amdsmi_get_temp_metric:{sensor}", read)
             out.add(TEMPERATURE, parse.celsius(raw), raw, reason=err, labels=(("sensor", label),))
-            for limit_label, metric in LIMITS:
-                key = f"temp_limit:{sensor}:{metric}"
-                raw, err = attempt(gpu.static, key, partial(gpu.temp_metric, sensor, metric))
-                out.add(
-                    LIMIT,
-                    parse.celsius(raw),
-                    raw,
-                    reason=err,
-                    labels=(("limit", limit_label), ("sensor", label)),
-                )
         raw = field(metrics, "temperature_vrsoc")
         out.add(
             TEMPERATURE, parse.celsius(raw), raw, reason=metrics_err, labels=(("sensor", "vr"),)
         )
+        limits, _ = slow_part(gpu, "temperature_limits", self.slow_every, lambda: _limits(gpu, now))
+        out.items.extend(limits)
         return out.items
+
+
+def _limits(gpu: GpuSource, now: float) -> list[Reading]:
+    out = Readings(gpu.identity, now)
+    for label, sensor in SENSORS:
+        for limit_label, metric in LIMITS:
+            key = f"temp_limit:{sensor}:{metric}"
+            raw, err = attempt(gpu.static, key, partial(gpu.temp_metric, sensor, metric))
+            labels = (("limit", limit_label), ("sensor", label))
+            out.add(LIMIT, parse.celsius(raw), raw, reason=err, labels=labels)
+    return out.items
