@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +60,16 @@ class Rig:
     def poll(self, advance: float = POLL_INTERVAL) -> Snapshot:
         self.clock.advance(advance)
         return self.poller.poll(self.clock.now())
+
+    def recover(self, within: float = 5.0) -> Snapshot:
+        """Release every hung call and poll until every GPU answers again (a real-time
+        deadline: the stuck workers return on their own threads)."""
+        self.node.release_hangs()
+        deadline = time.monotonic() + within
+        snapshot = self.poll()
+        while not all(s.responsive for s in snapshot.gpus) and time.monotonic() < deadline:
+            snapshot = self.poll()
+        return snapshot
 
     def close(self) -> None:
         self.node.release_hangs()
