@@ -79,26 +79,12 @@ KEY_READINGS: tuple[KeyReading, ...] = (
 )
 
 _WANTED = frozenset(k.metric for k in KEY_READINGS) | {"fleetd_gpu_info"}
+_NO_READINGS: dict[str, float | None] = {spec.name: None for spec in KEY_READINGS}
 
 
 @dataclass(slots=True)
 class _GpuReadings:
     by_metric: dict[str, list[Reading]] = field(default_factory=dict)
-
-
-def index_readings(snapshot: Snapshot | None) -> dict[int, _GpuReadings]:
-    """The snapshot's key readings grouped by GPU index."""
-    out: dict[int, _GpuReadings] = {}
-    if snapshot is None:
-        return out
-    for reading in snapshot.readings:
-        if reading.metric not in _WANTED:
-            continue
-        gpu = gpu_of(reading.labels)
-        if gpu is None:
-            continue
-        out.setdefault(gpu, _GpuReadings()).by_metric.setdefault(reading.metric, []).append(reading)
-    return out
 
 
 _memo: tuple[Snapshot, dict[int, _GpuReadings], dict[int, dict[str, float | None]]] | None = None
@@ -110,8 +96,8 @@ def _indexed(
     """Each GPU's ``fleetd_gpu_info`` readings and its ``key_readings``, computed once per
     snapshot: a burst of status requests (every scraper of the fleet at once) between two
     polls shares them. The snapshot is immutable, so the memo is valid as long as it is the
-    same object. Equal to ``index_readings`` and ``key_readings`` (a test holds them
-    together), in one pass over the readings with each series' role remembered."""
+    same object. One pass over the readings with each series' role remembered
+    (``tests/api/test_status_readings.py`` holds it to a plain grouping and filtering)."""
     global _memo
     memo = _memo
     if snapshot is None:
@@ -166,16 +152,6 @@ def _role(metric: str, labels: tuple[tuple[str, str], ...]) -> tuple[int | None,
             _roles.clear()
         _roles[key] = found
     return found
-
-
-def key_readings(readings: _GpuReadings | None) -> dict[str, float | None]:
-    """The ``readings`` object of one GPU: each key reading, or None when missing."""
-    out: dict[str, float | None] = {}
-    for spec in KEY_READINGS:
-        found = [] if readings is None else readings.by_metric.get(spec.metric, [])
-        chosen = [r for r in found if all(label_value(r.labels, k) == v for k, v in spec.labels)]
-        out[spec.name] = _combine(spec, [r.value for r in chosen])
-    return out
 
 
 def _combine(spec: KeyReading, values: list[float | None]) -> float | None:
@@ -364,7 +340,7 @@ def gpu_entries(
                 "error": status.error if status is not None else None,
                 "missing_readings": status.missing_readings if status is not None else None,
                 "health": health_view(judged),
-                "readings": dict(keys[index]) if index in keys else key_readings(None),
+                "readings": dict(keys.get(index, _NO_READINGS)),
                 "alerts": severity_counts(a["severity"] for a in mine),
                 "remediation": remediation.get(index),
             }

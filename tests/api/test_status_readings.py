@@ -1,11 +1,13 @@
 """The key readings of the status page, computed in one pass with each series' role
-remembered, are those of ``index_readings`` + ``key_readings`` (the plain reference) for
-every poll: a value that changed shows in the next poll's, a missing one is null."""
+remembered, are those of a plain grouping by GPU and filtering by labels (the reference
+below) for every poll: a value that changed shows in the next poll's, a missing one is
+null."""
 
 from __future__ import annotations
 
-from fleetd.api.status import _indexed, index_readings, key_readings
-from fleetd.model import Reading, Snapshot, make_labels
+from fleetd.api.status import KEY_READINGS, _indexed
+from fleetd.api.views import gpu_of
+from fleetd.model import Reading, Snapshot, label_value, make_labels
 
 TS = 1_767_225_600.0
 
@@ -31,8 +33,37 @@ def _snapshot(hotspot: float | None, power: float, pages: tuple[float, float]) -
     return Snapshot("n", TS, (), readings)
 
 
+def _by_gpu(snapshot: Snapshot, metrics: set[str]) -> dict[int, list[Reading]]:
+    out: dict[int, list[Reading]] = {}
+    for reading in snapshot.readings:
+        gpu = gpu_of(reading.labels)
+        if reading.metric in metrics and gpu is not None:
+            out.setdefault(gpu, []).append(reading)
+    return out
+
+
 def _reference(snapshot: Snapshot) -> dict[int, dict[str, float | None]]:
-    return {gpu: key_readings(found) for gpu, found in index_readings(snapshot).items()}
+    """Per GPU, each key reading: None when it has no series or one is missing, else the sum
+    or the last value, as its spec says."""
+    out: dict[int, dict[str, float | None]] = {}
+    wanted = {spec.metric for spec in KEY_READINGS} | {"fleetd_gpu_info"}
+    for gpu, found in _by_gpu(snapshot, wanted).items():
+        keys: dict[str, float | None] = {}
+        for spec in KEY_READINGS:
+            values = [
+                r.value
+                for r in found
+                if r.metric == spec.metric
+                and all(label_value(r.labels, k) == v for k, v in spec.labels)
+            ]
+            if not values or any(v is None for v in values):
+                keys[spec.name] = None
+            elif spec.combine == "sum":
+                keys[spec.name] = float(sum(v for v in values if v is not None))
+            else:
+                keys[spec.name] = values[-1]
+        out[gpu] = keys
+    return out
 
 
 def test_key_readings_equal_the_reference_poll_after_poll() -> None:
@@ -43,12 +74,11 @@ def test_key_readings_equal_the_reference_poll_after_poll() -> None:
     ):
         infos, keys = _indexed(snapshot)
         assert keys == _reference(snapshot)
-        reference = index_readings(snapshot)
-        assert set(infos) == set(reference)
+        wanted = {spec.metric for spec in KEY_READINGS} | {"fleetd_gpu_info"}
+        assert set(infos) == set(_by_gpu(snapshot, wanted))
+        info = _by_gpu(snapshot, {"fleetd_gpu_info"})
         for gpu, found in infos.items():
-            assert found.by_metric.get("fleetd_gpu_info") == reference[gpu].by_metric.get(
-                "fleetd_gpu_info"
-            )
+            assert found.by_metric.get("fleetd_gpu_info") == info.get(gpu)
     assert keys[0]["temperature_hotspot_c"] is None and keys[0]["power_w"] == 480.0
     assert keys[0]["retired_pages"] == 4.0 and keys[1]["utilization_gfx"] == 0.5
     assert set(keys[2].values()) == {None}
