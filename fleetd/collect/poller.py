@@ -175,15 +175,14 @@ class _Run:
         with self._changed:
             return bool(self._queue)
 
-    def close(self) -> list[_Job]:
-        """Take no more jobs; the jobs never started (their ``done`` is set: they never ran)."""
+    def close(self) -> None:
+        """Take no more jobs; those never started are done (they never ran)."""
         with self._changed:
             self._closed = True
             unstarted = list(self._queue)
             self._queue.clear()
         for job in unstarted:
             job.done.set()
-        return unstarted
 
 
 class _Worker:
@@ -230,15 +229,14 @@ class _Pool:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._idle: list[_Worker] = []
-        self._all: list[_Worker] = []
+        self._started = 0  # names the threads
 
     def acquire(self) -> _Worker:
         with self._lock:
             if self._idle:
                 return self._idle.pop()
-            worker = _Worker(f"fleetd-poll-{len(self._all)}", self)
-            self._all.append(worker)
-            return worker
+            self._started += 1
+            return _Worker(f"fleetd-poll-{self._started - 1}", self)
 
     def release(self, worker: _Worker) -> None:
         with self._lock:
@@ -247,7 +245,7 @@ class _Pool:
     def close(self) -> None:
         """Let idle workers end (stuck ones are daemons and die with the process)."""
         with self._lock:
-            idle, self._idle, self._all = self._idle, [], []
+            idle, self._idle = self._idle, []
         for worker in idle:
             worker.stop()
 
