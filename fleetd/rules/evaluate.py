@@ -110,8 +110,11 @@ class Evaluation:
         self.lookback = lookback
         self.poll_interval = poll_interval
         self.synthetic = synthetic or {}
-        self._cache: dict[int, Vector | float] = {}
-        self._fresh_cache: dict[tuple[int, float], Vector] = {}
+        # Keyed on id(node) (hashing a deep frozen tree costs more than evaluating it); the
+        # node is held beside its result, so its id cannot be reused by another node (a
+        # caller's temporary tree freed mid-evaluation) while this Evaluation lives.
+        self._cache: dict[int, tuple[Node, Vector | float]] = {}
+        self._fresh_cache: dict[tuple[int, float], tuple[Node, Vector]] = {}
         self._group_keys: dict[tuple[Labels, tuple[str, ...], bool], Labels] = {}
 
     # ------------------------------------------------------------------------------ entry points
@@ -122,12 +125,12 @@ class Evaluation:
         return result
 
     def value(self, node: Node) -> Vector | float:
-        key = id(node)
-        cached = self._cache.get(key)
-        if cached is None:
-            cached = self._compute(node)
-            self._cache[key] = cached
-        return cached
+        held = self._cache.get(id(node))
+        if held is not None:
+            return held[1]
+        result = self._compute(node)
+        self._cache[id(node)] = (node, result)
+        return result
 
     def has_data(self, node: Node, labels: Labels) -> bool:
         """Whether the inputs ``node`` reads have fresh data that could concern ``labels``.
@@ -183,15 +186,16 @@ class Evaluation:
         if window is None:
             return self.vector(node)
         key = (id(node), window)
-        cached = self._fresh_cache.get(key)
-        if cached is None:
-            if node.metric in self.synthetic:
-                cached = self._select(node)
-            else:
-                found = self.query.latest(node.metric, node.matchers, now=self.now, max_age=window)
-                cached = {k.labels: s.value for k, s in found.items()}
-            self._fresh_cache[key] = cached
-        return cached
+        held = self._fresh_cache.get(key)
+        if held is not None:
+            return held[1]
+        if node.metric in self.synthetic:
+            fresh = self._select(node)
+        else:
+            found = self.query.latest(node.metric, node.matchers, now=self.now, max_age=window)
+            fresh = {k.labels: s.value for k, s in found.items()}
+        self._fresh_cache[key] = (node, fresh)
+        return fresh
 
     def _call(self, node: Call) -> Vector:
         func, args = node.func, node.args

@@ -201,6 +201,21 @@ class TestStale:
         assert vec(window, "stale(power, 6)", at=100.0) == {lab(gpu=1): 40.0}
 
 
+class TestCacheIdentity:
+    """The per-tick cache keys on ``id(node)``: a caller's temporary tree, freed between two
+    calls, must not hand its cached answer to the next tree CPython puts at the same address."""
+
+    def test_freed_trees_never_answer_for_new_ones(self, feed, window: MemoryWindow) -> None:  # type: ignore[no-untyped-def]
+        feed("temp", {"gpu": 0}, [(100, 60.0)])
+        feed("limit", {"gpu": 0}, [(100, 100.0)])
+        e = ev(window)
+        for _ in range(50):
+            assert e.vector(parse("temp")) == {lab(gpu=0): 60.0}
+            assert e.vector(parse("limit")) == {lab(gpu=0): 100.0}
+            assert e.has_data(parse("limit - temp"), lab(gpu=0))
+            assert not e.has_data(parse("temp"), lab(gpu=1))
+
+
 class TestHasData:
     """An active alert that left the result: is it false (data present) or unknown (data gone)?"""
 
