@@ -52,10 +52,23 @@ def with_labels(labels: Labels, **extra: object) -> Labels:
 
 @dataclass(frozen=True, slots=True)
 class SeriesKey:
-    """Identity of one time series: metric name plus labels."""
+    """Identity of one time series: metric name plus labels.
+
+    Its hash is computed once: keys are looked up in dicts hundreds of times a tick (the
+    window, the rules, the store), and hashing the label tuples again each time showed."""
 
     metric: str
     labels: Labels = ()
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.metric, self.labels)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[type[SeriesKey], tuple[str, Labels]]:
+        return SeriesKey, (self.metric, self.labels)  # the hash is per process: made anew
 
     def label(self, name: str) -> str | None:
         return label_value(self.labels, name)

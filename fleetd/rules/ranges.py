@@ -4,7 +4,8 @@ Rules look back up to an hour on every poll; recomputing ``rate(x[1h])`` from 72
 series each tick made evaluation cost grow with window length. ``RangeMirror`` keeps, across
 ticks, the samples of each (metric, matchers) group that range functions read — as far back as
 the longest window any rule asks of it — and feeds them with only the samples that are new
-since the last tick (a ``Query.range`` over the last few seconds). Per series it maintains:
+since the last tick (a ``Query.range`` from the stalest series' newest sample on, at most the
+late margin back: one sample a series at each poll). Per series it maintains:
 
 * the reset positions (``v[i] < v[i-1]``): ``increase`` is ``last - first + Σ v[i-1]`` over the
   resets inside the window — the same sum, in the same order, as ``fleetd.store.functions``;
@@ -27,7 +28,7 @@ from __future__ import annotations
 import math
 from array import array
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from fleetd.logs import get_logger
@@ -145,6 +146,16 @@ class _Series:
         return pick(parts)
 
 
+def _stalest_newest(series: Iterable[_Series]) -> float | None:
+    """The oldest of the series' newest samples (None: no series, or one without samples)."""
+    stalest = math.inf
+    for one in series:
+        if not one.ts:
+            return None
+        stalest = min(stalest, one.ts[-1])
+    return None if stalest == math.inf else stalest
+
+
 @dataclass
 class _Group:
     metric: str
@@ -224,6 +235,12 @@ class RangeMirror:
             since = now - group.horizon
         else:
             since = max(now - group.horizon, group.synced_to - self.late_margin_s)
+            # a sample at or before a series' newest one is never appended (one writer, in
+            # time order), so nothing older than the stalest series' newest sample is read:
+            # one new sample a series at each poll, not the whole late margin again
+            stalest = _stalest_newest(group.series.values())
+            if stalest is not None:
+                since = max(since, stalest)
         fresh = query.range(
             group.metric, group.matchers, start=math.nextafter(since, math.inf), end=now
         )

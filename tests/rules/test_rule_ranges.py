@@ -143,3 +143,36 @@ def test_windows_longer_than_planned_go_to_the_store(window: MemoryWindow, fn: W
         window.append([Reading("c", make_labels({"gpu": 0}), float(i % 4), T0 + i)])
     want = {k.labels: v for k, v in window.window(fn, "c", window=25.0, now=T0 + 29).items()}
     assert mirror.window(window, fn, "c", (), window=25.0, now=T0 + 29) == want
+
+
+def test_each_tick_reads_only_the_samples_newer_than_the_stalest_series(
+    window: MemoryWindow,
+) -> None:
+    """At 1 s polls with a 7 s late margin, a tick reads each series' one new sample, not
+    the margin's seven again; a series that fell behind still gets its late samples."""
+    read: list[int] = []
+    real_range = window.range
+
+    def counting_range(*args: object, **kwargs: object) -> dict[object, list[object]]:
+        found = real_range(*args, **kwargs)  # type: ignore[arg-type]
+        read.append(sum(len(samples) for samples in found.values()))
+        return found  # type: ignore[return-value]
+
+    window.range = counting_range  # type: ignore[method-assign]
+    mirror = RangeMirror(late_margin_s=7.0, audit_every=1000)
+    mirror.plan({("c", ()): 60.0})
+    for i in range(20):
+        window.append([Reading("c", make_labels({"gpu": g}), float(i), T0 + i) for g in range(8)])
+        mirror.window(window, "count", "c", (), window=60.0, now=T0 + i)
+    assert read[-10:] == [8] * 10
+    # GPU 7's samples for two ticks arrive late, after those ticks were evaluated
+    for i in (20, 21):
+        window.append([Reading("c", make_labels({"gpu": g}), float(i), T0 + i) for g in range(7)])
+        mirror.window(window, "count", "c", (), window=60.0, now=T0 + i)
+    window.append([Reading("c", make_labels({"gpu": 7}), float(i), T0 + i) for i in (20, 21)])
+    window.append([Reading("c", make_labels({"gpu": g}), 22.0, T0 + 22) for g in range(8)])
+    got = mirror.window(window, "count", "c", (), window=60.0, now=T0 + 22)
+    assert got == {
+        k.labels: v for k, v in window.window("count", "c", window=60.0, now=T0 + 22).items()
+    }
+    assert got[make_labels({"gpu": 7})] == 23.0
