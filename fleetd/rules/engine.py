@@ -22,6 +22,7 @@ from fleetd.model import (
     AlertKey,
     AlertState,
     Labels,
+    SeriesKey,
     Transition,
     identity_labels,
     make_labels,
@@ -166,6 +167,8 @@ class RuleEngine:
         self._health: NodeHealth | None = None
         # per GPU: when its last successful reading was (fleetd_gpu_up 1), else when first seen
         self._last_read: dict[str, float] = {}
+        self._physical_from: list[SeriesKey] | None = None  # the info series _physical_map is of
+        self._physical_map: dict[str, str] = {}
         # which GPUs remediation has out of service (the daemon sets it): health says so, and
         # rules reading fleetd_gpu_health see it
         self.service: Callable[[], ServiceMap] | None = None
@@ -506,8 +509,15 @@ class RuleEngine:
             stale_after_s=self.settings.lookback_s,
             service=service,
             last_read=self._last_read,
-            physical=physical_of(query.series(GPU_INFO_METRIC)),
+            physical=self._physical(query.series(GPU_INFO_METRIC)),
         )
+
+    def _physical(self, info: list[SeriesKey]) -> dict[str, str]:
+        """``physical_of(info)``, worked out again only when the info series change (twice
+        a tick otherwise, four labels of every device)."""
+        if info != self._physical_from:
+            self._physical_from, self._physical_map = info, physical_of(info)
+        return self._physical_map
 
     def _clock(self) -> float:
         return self._timer() if self._timer is not None else 0.0
