@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal, ParamSpec, TypeVar
 
@@ -23,6 +23,7 @@ from fleetd.model import (
     AlertState,
     Labels,
     SeriesKey,
+    Severity,
     Transition,
     identity_labels,
     make_labels,
@@ -304,6 +305,7 @@ class RuleEngine:
         settings = self.settings
         service = self.service() if self.service is not None else None
         before = self._assess(query, now, service)
+        firing_before = self._firing_health()
         ev = Evaluation(
             query,
             now,
@@ -343,7 +345,11 @@ class RuleEngine:
             runtime.status = RuleStatus(
                 rule.name, "ok", None, now, self._clock() - t0, runtime.status.failures_total
             )
-        self._health = self._assess(query, now, service)
+        # the verdict changes within an evaluation only if what a health rule fires does
+        if self._firing_health() == firing_before:
+            self._health = before
+        else:
+            self._health = self._assess(query, now, service)
         self._last_eval_at = now
         self.evaluations_total += 1
         self.last_duration_s = self._clock() - started
@@ -496,12 +502,7 @@ class RuleEngine:
                 self._last_read[gpu] = max(sample.ts, self._last_read.get(gpu, sample.ts))
             else:  # never read yet: its data is at least as old as the first sample we saw
                 self._last_read.setdefault(gpu, sample.ts)
-        counted = (
-            entry
-            for runtime in self._runtime.values()
-            if runtime.rule.health and runtime.rule.mode != "shadow"
-            for entry in runtime.alerts.values()
-        )
+        counted = (entry for entries in self._health_entries() for entry in entries)
         return assess(
             known,
             counted,
@@ -511,6 +512,22 @@ class RuleEngine:
             last_read=self._last_read,
             physical=self._physical(query.series(GPU_INFO_METRIC)),
         )
+
+    def _health_entries(self) -> Iterator[Iterable[AlertEntry]]:
+        """The alert entries of each health rule (not shadow): what the verdict is made of."""
+        for runtime in self._runtime.values():
+            if runtime.rule.health and runtime.rule.mode != "shadow":
+                yield runtime.alerts.values()
+
+    def _firing_health(self) -> list[tuple[AlertKey, Severity, float | None]]:
+        """What of the health rules' alerts the verdict reads (``fleetd.rules.health``):
+        which fire, how severe, since when without data."""
+        return [
+            (entry.alert.key, entry.alert.severity, entry.no_data_since)
+            for entries in self._health_entries()
+            for entry in entries
+            if entry.state == AlertState.FIRING
+        ]
 
     def _physical(self, info: list[SeriesKey]) -> dict[str, str]:
         """``physical_of(info)``, worked out again only when the info series change (twice

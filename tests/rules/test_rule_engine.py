@@ -125,6 +125,39 @@ def test_a_failing_rule_is_rule_health_never_a_page(tmp_path: Path, node: Node) 
     assert all(a.key.rule == "Hot" for a in engine.alerts())
 
 
+def test_the_verdict_after_an_evaluation_reflects_what_fired_and_resolved_in_it(
+    tmp_path: Path, node: Node
+) -> None:
+    """The verdict is made again only when a health rule's firing set changed in the
+    evaluation: the poll an alert fires in, the GPU is unhealthy; the poll it resolves in,
+    healthy again; polls between keep the same verdict, with its age moving on."""
+
+    def gpu0_state() -> HealthState:
+        report = engine.health()
+        assert report is not None
+        gpu0 = report.gpu(0)
+        assert gpu0 is not None
+        return gpu0.health.state
+
+    engine = engine_for(tmp_path, HOT)
+    run(engine, node, 1)
+    assert gpu0_state() == HealthState.HEALTHY
+    node.temps[0] = 99.0
+    fired = []
+    for _ in range(6):
+        fired += run(engine, node, 1)
+        assert gpu0_state() == (
+            HealthState.UNHEALTHY if ("0", P, F) in fired else HealthState.HEALTHY
+        )
+    assert ("0", P, F) in fired
+    at = engine.health().at  # type: ignore[union-attr]
+    run(engine, node, 1)
+    assert gpu0_state() == HealthState.UNHEALTHY and engine.health().at > at  # type: ignore[union-attr]
+    node.temps[0] = 70.0
+    assert run(engine, node, 1) == [("0", F, R)]
+    assert gpu0_state() == HealthState.HEALTHY
+
+
 def test_stale_data_makes_a_firing_alert_unknown_not_resolved(tmp_path: Path, node: Node) -> None:
     engine = engine_for(tmp_path, HOT, no_data_hold_s=120.0)
     node.temps[0] = 99.0
