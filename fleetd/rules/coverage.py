@@ -15,8 +15,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 
-from fleetd.model import Reading, make_labels
+from fleetd.model import Labels, Reading, make_labels
 from fleetd.rules.ast import metrics_used
 from fleetd.rules.loader import RuleSet
 
@@ -45,6 +46,7 @@ class InputCoverage:
         self._seen: set[str] = set()
         self._polls = 0
         self._lock = threading.Lock()
+        self._blind: tuple[RuleSet, frozenset[str], tuple[BlindSpot, ...]] | None = None
 
     def observe(self, readings: Iterable[Reading]) -> None:
         """Note the metrics of ``readings`` that carry a value (called on every poll)."""
@@ -64,12 +66,16 @@ class InputCoverage:
         if not self.observed:
             return []
         with self._lock:
-            seen = set(self._seen)
+            seen = frozenset(self._seen)
+        cached = self._blind
+        if cached is not None and cached[0] is rules and cached[1] == seen:
+            return list(cached[2])  # asked every tick; it changes only with the rules or seen
         out = []
         for rule in rules.rules:
             missing = tuple(sorted((metrics_used(rule.expr) & self._judged) - seen))
             if missing:
                 out.append(BlindSpot(rule.name, missing))
+        self._blind = (rules, seen, tuple(out))
         return out
 
     def readings(self, rules: RuleSet, now: float) -> list[Reading]:
@@ -78,11 +84,12 @@ class InputCoverage:
             return []
         blind = {b.rule for b in self.blind_spots(rules)}
         return [
-            Reading(
-                SUPPORTED_METRIC,
-                make_labels({"rule": rule.name}),
-                float(rule.name not in blind),
-                now,
-            )
+            Reading(SUPPORTED_METRIC, rule_labels(rule.name), float(rule.name not in blind), now)
             for rule in rules.rules
         ]
+
+
+@lru_cache(maxsize=4096)
+def rule_labels(rule: str) -> Labels:
+    """``{rule="..."}``: the labels of a per-rule series, built once a rule name."""
+    return make_labels({"rule": rule})

@@ -12,6 +12,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from fleetd.model import AlertState, HealthState, Labels, Reading, Severity, make_labels
+from fleetd.rules.coverage import rule_labels
 from fleetd.rules.engine import RuleEngine
 from fleetd.rules.health import SERVICE_STATES, NodeHealth, service_state
 
@@ -79,9 +80,11 @@ def rule_readings(
         add("fleetd_alerts", count, severity=severity.value, state=alert_state.value)
 
     for status in engine.rule_statuses():
+        labels = rule_labels(status.rule)
         if status.health != "unknown":
-            add("fleetd_rule_health", status.health == "ok", rule=status.rule)
-        add("fleetd_rule_evaluation_failures_total", status.failures_total, rule=status.rule)
+            out.append(Reading("fleetd_rule_health", labels, float(status.health == "ok"), now))
+        failures = float(status.failures_total)
+        out.append(Reading("fleetd_rule_evaluation_failures_total", labels, failures, now))
     add("fleetd_rule_evaluation_duration_seconds", engine.last_duration_s)
     add("fleetd_rules_loaded", len(engine.rules))
     reloads = engine.reload_status
