@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
+from math import copysign
 from typing import NamedTuple
 
 Labels = tuple[tuple[str, str], ...]
@@ -48,6 +49,14 @@ def with_labels(labels: Labels, **extra: object) -> Labels:
     merged = dict(labels)
     merged.update({k: str(v) for k, v in extra.items()})
     return make_labels(merged)
+
+
+def same_value(a: float | None, b: float | None) -> bool:
+    """Whether ``a`` and ``b`` are the same double, stored and written alike: 0.0 and -0.0
+    differ, NaN is never the same; None is the same only as None (a missing value)."""
+    if a is None or b is None:
+        return a is b
+    return a == b and (a != 0.0 or copysign(1.0, a) == copysign(1.0, b))
 
 
 @dataclass(frozen=True, slots=True)

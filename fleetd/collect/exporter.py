@@ -35,7 +35,7 @@ from prometheus_client.utils import floatToGoString
 from fleetd import __version__
 from fleetd.collect.catalog import CATALOG, MetricSpec
 from fleetd.logs import get_logger
-from fleetd.model import Labels, Reading, Snapshot
+from fleetd.model import Labels, Reading, Snapshot, same_value
 
 log = get_logger("collect.exporter")
 
@@ -209,7 +209,7 @@ def render_readings_text(
             value: float = reading.value  # type: ignore[assignment]  # _group keeps no None
             kept = lines.get(key)
             if kept is not None:
-                if _same_value(kept[0], value):
+                if same_value(kept[0], value):
                     text.append(kept[1])
                     continue
                 prefix = kept[1][: kept[1].rindex(" ") + 1]
@@ -227,19 +227,11 @@ def render_readings_text(
     return "".join(out)
 
 
-def _same_value(old: float | None, new: float | None) -> bool:
-    """Whether ``new`` is written exactly as ``old`` was (0.0 and -0.0 are equal but are not
-    written alike; NaN is never equal, so it is always written afresh)."""
-    if old is None or new is None:
-        return old is new
-    return old == new and (new != 0 or math.copysign(1.0, old) == math.copysign(1.0, new))
-
-
 def renders_alike(old: Sequence[Reading], new: Sequence[Reading]) -> bool:
     """Whether two groups of readings give the same /metrics text: the same series in the
     same order with the same values (a reading's timestamp is not exported)."""
     return len(old) == len(new) and all(
-        a.metric == b.metric and a.labels == b.labels and _same_value(a.value, b.value)
+        a.metric == b.metric and a.labels == b.labels and same_value(a.value, b.value)
         for a, b in zip(old, new, strict=True)
     )
 

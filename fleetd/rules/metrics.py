@@ -11,10 +11,16 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from fleetd.model import AlertState, HealthState, Labels, Reading, Severity, make_labels
+from fleetd.model import AlertState, Labels, Reading, Severity, make_labels
 from fleetd.rules.coverage import rule_labels
 from fleetd.rules.engine import RuleEngine
-from fleetd.rules.health import SERVICE_STATES, NodeHealth, service_state
+from fleetd.rules.health import (
+    HEALTH_STATES,
+    SERVICE_STATES,
+    NodeHealth,
+    health_labels,
+    service_state,
+)
 
 
 def health_readings(report: NodeHealth | None, now: float) -> list[Reading]:
@@ -24,9 +30,10 @@ def health_readings(report: NodeHealth | None, now: float) -> list[Reading]:
         return out
     append = out.append
     for item in report.gpus:
-        age_labels, health_labels, service_labels = _gpu_series_labels(item.gpu, item.uuid or "")
+        uuid = item.uuid or ""
+        age_labels, service_labels = _gpu_series_labels(item.gpu, uuid)
         health = item.health.state
-        for state, labels in zip(_HEALTH_STATES, health_labels, strict=True):
+        for state, labels in zip(HEALTH_STATES, health_labels(item.gpu, uuid), strict=True):
             append(Reading("fleetd_gpu_health", labels, float(health == state), now))
         if item.health.data_age_s is not None:
             age = float(item.health.data_age_s)
@@ -35,31 +42,23 @@ def health_readings(report: NodeHealth | None, now: float) -> list[Reading]:
         for name, labels in zip(SERVICE_STATES, service_labels, strict=True):
             append(Reading("fleetd_gpu_service", labels, float(current == name), now))
     node = report.node
-    for state, labels in zip(_HEALTH_STATES, _NODE_HEALTH_LABELS, strict=True):
+    for state, labels in zip(HEALTH_STATES, _NODE_HEALTH_LABELS, strict=True):
         append(Reading("fleetd_node_health", labels, float(node.state == state), now))
     if node.data_age_s is not None:
         append(Reading("fleetd_node_health_data_age_seconds", (), float(node.data_age_s), now))
     return out
 
 
-# every evaluation writes ~11 series a device (704 on a CPX node): the states are iterated
-# as a tuple (an Enum's own iteration and ``.value`` cost ten times more) and each device's
-# label tuples are built once
-_HEALTH_STATES = tuple(HealthState)
-_NODE_HEALTH_LABELS = tuple(make_labels({"state": state.value}) for state in _HEALTH_STATES)
+# every evaluation writes ~11 series a device (704 on a CPX node): their label tuples are
+# built once a device (the health state set's by ``fleetd.rules.health``)
+_NODE_HEALTH_LABELS = tuple(make_labels({"state": state.value}) for state in HEALTH_STATES)
 
 
 @lru_cache(maxsize=1024)
-def _gpu_series_labels(
-    gpu: str, uuid: str
-) -> tuple[Labels, tuple[Labels, ...], tuple[Labels, ...]]:
-    """The labels of a device's data age, its health state set and its service state set."""
+def _gpu_series_labels(gpu: str, uuid: str) -> tuple[Labels, tuple[Labels, ...]]:
+    """The labels of a device's data age and of its service state set."""
     base = {"gpu": gpu, "uuid": uuid}
-    return (
-        make_labels(base),
-        tuple(make_labels({**base, "state": state.value}) for state in _HEALTH_STATES),
-        tuple(make_labels({**base, "state": name}) for name in SERVICE_STATES),
-    )
+    return make_labels(base), tuple(make_labels({**base, "state": name}) for name in SERVICE_STATES)
 
 
 def rule_readings(

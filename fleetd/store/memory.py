@@ -27,9 +27,8 @@ import threading
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
-from math import copysign
 
-from fleetd.model import Labels, Reading, Sample, SeriesKey
+from fleetd.model import Labels, Reading, Sample, SeriesKey, same_value
 from fleetd.query import Matcher, QueryBase, Span, WindowFn, matches_all
 from fleetd.store import functions
 from fleetd.store.functions import Summary
@@ -50,11 +49,6 @@ class _Times:
         self.ts: array[float] = array("d") if ts is None else ts
         self.head = head  # ts[:head] are pruned, kept until the column compacts
         self.refs = 0  # series using this column
-
-
-def _same(a: float, b: float) -> bool:
-    """``a`` and ``b`` are the same double (0.0 and -0.0 differ; NaN is never the same)."""
-    return a == b and (a != 0.0 or copysign(1.0, a) == copysign(1.0, b))
 
 
 class _Series:
@@ -98,7 +92,7 @@ class _Series:
         elif not self.count:
             self.const = value
             self.count = 1
-        elif _same(value, self.const):
+        elif same_value(value, self.const):
             self.count += 1
         else:
             self.expand().append(value)
@@ -292,7 +286,7 @@ class MemoryWindow(QueryBase):
                     values.append(float(value))
                     continue
                 v = float(value)
-                if n and not _same(v, series.const):
+                if n and not same_value(v, series.const):
                     series.expand().append(v)
                 else:
                     series.const = v
