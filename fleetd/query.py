@@ -104,7 +104,7 @@ class Query(Protocol):
         ...
 
 
-class Span(NamedTuple):
+class RangeSpan(NamedTuple):
     """``Query.range``'s arguments after the selector, parsed once."""
 
     start: float
@@ -152,7 +152,7 @@ class QueryBase(ABC):
         step: float | None = None,
         agg: RangeAgg = "last",
     ) -> dict[SeriesKey, list[Sample]]:
-        return self._range(metric, matchers, Span(start, end, step, agg))
+        return self._range(metric, matchers, RangeSpan(start, end, step, agg))
 
     @abstractmethod
     def _latest(
@@ -166,5 +166,5 @@ class QueryBase(ABC):
 
     @abstractmethod
     def _range(
-        self, metric: str, matchers: Sequence[Matcher], span: Span
+        self, metric: str, matchers: Sequence[Matcher], span: RangeSpan
     ) -> dict[SeriesKey, list[Sample]]: ...

@@ -23,7 +23,7 @@ from typing import Literal
 
 from fleetd.model import Reading, make_labels
 
-Verdict = Literal["validated", "unvalidated", "unsafe"]
+AbiVerdict = Literal["validated", "unvalidated", "unsafe"]
 
 LIBRARY_OF_ROCM: dict[tuple[int, int], tuple[int, int]] = {
     (7, 0): (26, 1),
@@ -68,7 +68,7 @@ INSTALL_HINT = (
 class AbiCheck:
     """The pair found and what it means."""
 
-    verdict: Verdict
+    verdict: AbiVerdict
     package: str | None  # amdsmi.__version__, e.g. "7.0.2"
     library: str | None  # amdsmi_get_lib_version(), e.g. "26.1.0"
     message: str

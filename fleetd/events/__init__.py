@@ -13,12 +13,12 @@ poll):
   ``fleetd/data/afid_actions.yaml`` and an operator's override file.
 """
 
-from fleetd.events.afid import ActionKind, AfidTable, Decision
+from fleetd.events.afid import ActionKind, AfidDecision, AfidTable
 from fleetd.events.cper import (
     CperBatch,
     CperReader,
     CperRecord,
-    CperSection,
+    CperSectionDescriptor,
     amdsmi_afid_decoder,
     decode_cper_entries,
     is_partition_zero,
@@ -30,12 +30,12 @@ from fleetd.events.model import EVENT_KINDS, EventKind, KernelEvent, Tally
 __all__ = [
     "EVENT_KINDS",
     "ActionKind",
+    "AfidDecision",
     "AfidTable",
     "CperBatch",
     "CperReader",
     "CperRecord",
-    "CperSection",
-    "Decision",
+    "CperSectionDescriptor",
     "EventKind",
     "KernelEvent",
     "KernelLine",

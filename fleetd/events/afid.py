@@ -5,7 +5,7 @@ AMD's Service Action Guide itself is not public). An operator's file in the same
 extends or overrides it per AFID; both are validated by fleetd's strict loader, so a mistake
 reads ``file:line:col: key: message``. ``action_for(afids)`` takes the most severe action
 among a record's AFIDs; AFIDs the table lacks take the configured default and are listed
-in ``Decision.unknown`` so they can be reported.
+in ``AfidDecision.unknown`` so they can be reported.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class AfidFile(StrictModel):
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class AfidDecision:
     """The action for one record: its kind, the operator-facing message, the AFIDs that
     called for it, the AFIDs the table does not know, and where the rule comes from."""
 
@@ -103,7 +103,7 @@ class AfidTable:
             default = extra.default or default
         return cls(entries, default)
 
-    def action_for(self, afids: Iterable[int]) -> Decision:
+    def action_for(self, afids: Iterable[int]) -> AfidDecision:
         """The most severe action among ``afids`` (unknown ones count as the default)."""
         ids = tuple(dict.fromkeys(int(a) for a in afids))
         unknown = tuple(a for a in ids if a not in self.entries)
@@ -121,6 +121,6 @@ class AfidTable:
             if best is None or candidate[0] > best[0]:
                 best = candidate
         if best is None:  # no AFID at all (decoder missing or failed): the default
-            return Decision(self.default.action, self.default.message, ids, (), None)
+            return AfidDecision(self.default.action, self.default.message, ids, (), None)
         _rank, action, message, by, sources = best
-        return Decision(action, message, ids, unknown, by, sources)
+        return AfidDecision(action, message, ids, unknown, by, sources)

@@ -88,7 +88,7 @@ SECTION_TYPES: dict[bytes, str] = {
 
 
 @dataclass(frozen=True, slots=True)
-class CperSection:
+class CperSectionDescriptor:
     type: str  # a SECTION_TYPES name, or "unknown"
     guid: str
     offset: int
@@ -108,7 +108,7 @@ class CperRecord:
     timestamp_text: str
     notify_type: str
     section_count: int
-    sections: tuple[CperSection, ...]
+    sections: tuple[CperSectionDescriptor, ...]
     afids: tuple[int, ...]
     raw: bytes
     stale: bool = False
@@ -234,7 +234,7 @@ def decode_record(
         return None
     if length != len(raw):
         problems.append("length_mismatch")
-    sections: list[CperSection] = []
+    sections: list[CperSectionDescriptor] = []
     structural_ok = length <= len(raw) and HEADER.size + SECTION.size * sec_cnt <= length
     if not structural_ok:
         problems.append("truncated_sections")
@@ -283,14 +283,14 @@ def decode_record(
     )
 
 
-def _section(raw: bytes, at: int, length: int) -> CperSection | None:
+def _section(raw: bytes, at: int, length: int) -> CperSectionDescriptor | None:
     (offset, size, _minor, _major, _valid, _res, _flags, kind, _fru, sev, fru) = (
         SECTION.unpack_from(raw, at)
     )
     if offset < HEADER.size or size == 0 or offset + size > length:
         return None
     name = SECTION_TYPES.get(kind, "unknown")
-    return CperSection(name, guid_text(kind), offset, size, sev, _text(fru, b""))
+    return CperSectionDescriptor(name, guid_text(kind), offset, size, sev, _text(fru, b""))
 
 
 def _text(value: Any, fallback: bytes) -> str:

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fleetd.events.afid import AfidTable, Decision
+from fleetd.events.afid import AfidDecision, AfidTable
 from fleetd.events.config import EventsConfig
 from fleetd.events.cper import CperBatch, CperReader, CperRecord
 from fleetd.events.driver_events import AmdSmiEventSource, DriverEvent
@@ -389,7 +389,7 @@ class EventService:
         severity: str,
         action: Any,
         why: str,
-        decision: Decision | None = None,
+        decision: AfidDecision | None = None,
     ) -> None:
         afid = "" if decision is None or decision.decided_by is None else str(decision.decided_by)
         if decision is not None and not afid and decision.afids:

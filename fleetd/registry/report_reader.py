@@ -14,7 +14,7 @@ REPORTS_TABLE = "fleet_reports"
 
 
 @dataclass(frozen=True, slots=True)
-class NodeReport:
+class StoredReport:
     node: str
     at: float
     summary: Mapping[str, Any]
@@ -22,7 +22,7 @@ class NodeReport:
 
 def read_reports(
     reader: RegistryReader, *, nodes: frozenset[str] = frozenset()
-) -> list[NodeReport]:
+) -> list[StoredReport]:
     """Every node's last summary (or those of ``nodes``), by node name, in one query; an
     empty list when no agent has published one yet (no table)."""
     where = ""
@@ -44,5 +44,5 @@ def read_reports(
         except ValueError:  # a row no fleetd wrote
             continue
         if isinstance(summary, dict):
-            out.append(NodeReport(str(node), float(at), summary))
+            out.append(StoredReport(str(node), float(at), summary))
     return out

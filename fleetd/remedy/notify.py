@@ -67,8 +67,10 @@ _ENDED_STATES = frozenset({"done", "quarantined", "aborted", "drained"})
 def notified(event: RemediationEvent) -> bool:
     """Whether ``event`` becomes a change event (an RMA ticket is one, for the ticket
     receivers alone: ``fleetd.alert.integrations.takes_change``)."""
-    return event.kind in MILESTONES or event.kind == TICKET_KIND or (
-        event.kind in AFTER_THE_END and event.state in _ENDED_STATES
+    return (
+        event.kind in MILESTONES
+        or event.kind == TICKET_KIND
+        or (event.kind in AFTER_THE_END and event.state in _ENDED_STATES)
     )
 
 

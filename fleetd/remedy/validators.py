@@ -247,7 +247,7 @@ def execute(
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class Judgement:
     """One validator's outcome as the run records it."""
 
     ok: bool
@@ -266,11 +266,11 @@ def judge(
     timeout: float,
     min_average_gbps: float | None = None,
     min_rtotal_gbps: float | None = None,
-) -> Verdict:
+) -> Judgement:
     """The verdict on one execution: the process's end first, then the parser's reading."""
 
-    def verdict(ok: bool, summary: str) -> Verdict:
-        return Verdict(ok, summary, kind, run.output, run.returncode, run.timed_out, run.duration)
+    def verdict(ok: bool, summary: str) -> Judgement:
+        return Judgement(ok, summary, kind, run.output, run.returncode, run.timed_out, run.duration)
 
     if run.error is not None:
         return verdict(False, run.error)

@@ -348,6 +348,7 @@ class AmdSmiFwBlock(IntEnum):
     AMDSMI_FW_ID_DMCU = 78
     AMDSMI_FW_ID_PLDM_BUNDLE = 79
 
+
 ENUM_CLASSES: tuple[type[Enum], ...] = (
     MaxUIntegerTypes,
     AmdSmiInitFlags,

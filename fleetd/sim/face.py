@@ -229,9 +229,7 @@ def fw_version_text(block: int, version: int) -> str:
         text = ".".join(re.findall("..?", digits))
     elif block in _FW_DEC:
         digits = hex(version)[2:].zfill(8)
-        text = ".".join(
-            str(int(digits[i : i + 2], 16)).zfill(2) for i in range(0, len(digits), 2)
-        )
+        text = ".".join(str(int(digits[i : i + 2], 16)).zfill(2) for i in range(0, len(digits), 2))
     else:
         text = str(version)
     return text.upper()

@@ -199,7 +199,7 @@ SPECS: dict[str, GpuSpec] = {"MI355X": MI355X, "MI300X": MI300X}
 
 
 @dataclass(frozen=True, slots=True)
-class GpuIdentity:
+class BoardIdentity:
     """Everything that names one GPU, as the library would report it (raw)."""
 
     index: int
@@ -227,17 +227,17 @@ class GpuIdentity:
         return f"{self.domain:04x}:{self.bus:02x}:{self.device:02x}.{self.function:x}"
 
 
-def make_identities(spec: GpuSpec, seed: int, count: int = 8) -> list[GpuIdentity]:
+def make_identities(spec: GpuSpec, seed: int, count: int = 8) -> list[BoardIdentity]:
     """Deterministic, realistic identities for ``count`` GPUs of ``spec``."""
     rng = random.Random(f"identity:{spec.model}:{seed}")
     handle_base = 0x5555_0000_0000 + (rng.getrandbits(20) << 12)
     serial_base = rng.randrange(692_000_000_000, 699_000_000_000)
-    out: list[GpuIdentity] = []
+    out: list[BoardIdentity] = []
     for i in range(count):
         asic = rng.getrandbits(64) | (1 << 63)
         uid = rng.getrandbits(48)
         out.append(
-            GpuIdentity(
+            BoardIdentity(
                 index=i,
                 handle=handle_base + (i + 1) * 0x2B0,
                 domain=0,

@@ -46,7 +46,7 @@ from fleetd.sim.faults import (
     XgmiLinkDown,
     parse_params,
 )
-from fleetd.sim.hardware import SPECS, GpuIdentity, GpuSpec, make_hive_id, make_identities
+from fleetd.sim.hardware import SPECS, BoardIdentity, GpuSpec, make_hive_id, make_identities
 from fleetd.sim.partitions import Partition, check_modes, layout
 
 log = get_logger(__name__)
@@ -180,7 +180,7 @@ class Throttle:
 class SimGpu:
     """One GPU's mutable state (raw units). Only SimNode changes it, under the node lock."""
 
-    def __init__(self, spec: GpuSpec, ident: GpuIdentity, hive_id: int, seed: int) -> None:
+    def __init__(self, spec: GpuSpec, ident: BoardIdentity, hive_id: int, seed: int) -> None:
         rng = random.Random(f"gpu:{spec.model}:{seed}:{ident.index}")
         self.spec = spec
         self.ident = ident

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fleetd.sim.hardware import GpuIdentity
+from fleetd.sim.hardware import BoardIdentity
 
 PARTITION_COUNTS: dict[str, int] = {"SPX": 1, "DPX": 2, "QPX": 4, "CPX": 8}
 """Processor handles per physical GPU in each compute mode (MI300X/MI325X/MI350X/MI355X: 8 XCDs)."""
@@ -80,7 +80,7 @@ class Partition:
     hip_id: int
 
 
-def layout(idents: list[GpuIdentity], compute: str) -> list[Partition]:
+def layout(idents: list[BoardIdentity], compute: str) -> list[Partition]:
     """Every logical device of the node in enumeration order (GPU-major, partition-minor).
 
     Partition 0 keeps the physical GPU's handle, BDF and UUID, so an SPX node is unchanged;

@@ -32,7 +32,7 @@ sys.stdout.buffer.write(pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL))
 """
 
 
-class SourceError(Exception):
+class PySourceError(Exception):
     """A file that could not be read or parsed; carries the original error."""
 
     def __init__(self, path: Path, error: BaseException) -> None:
@@ -42,7 +42,7 @@ class SourceError(Exception):
 
 
 def parse_files(paths: Sequence[Path], *, timeout: float = 60.0) -> list[ast.Module]:
-    """The ASTs of ``paths`` in order; raises ``SourceError`` for the first that fails."""
+    """The ASTs of ``paths`` in order; raises ``PySourceError`` for the first that fails."""
     if not paths:
         return []
     done = subprocess.run(
@@ -59,7 +59,7 @@ def parse_files(paths: Sequence[Path], *, timeout: float = 60.0) -> list[ast.Mod
     trees: list[ast.Module] = []
     for path, result in zip(paths, results, strict=True):
         if isinstance(result, BaseException):
-            raise SourceError(path, result)
+            raise PySourceError(path, result)
         trees.append(result)
     return trees
 

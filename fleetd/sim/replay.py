@@ -164,8 +164,7 @@ class Recording:
             raise ReplayError(f"{path}: format is not {FORMAT}")
         calls = document.get("calls")
         if not isinstance(calls, dict) or not all(
-            isinstance(v, list) and v and all(isinstance(t, str) for t in v)
-            for v in calls.values()
+            isinstance(v, list) and v and all(isinstance(t, str) for t in v) for v in calls.values()
         ):
             raise ReplayError(f"{path}: calls: expected key → non-empty list of answers")
         # identical answers share one string (static calls repeat the same text every tick)
@@ -191,9 +190,7 @@ class Recording:
     def read_sysfs(root: Path) -> dict[str, str]:
         """Every file under ``root`` as relative path → content (to record a fake tree)."""
         return {
-            str(p.relative_to(root)): p.read_text()
-            for p in sorted(root.rglob("*"))
-            if p.is_file()
+            str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()
         }
 
 

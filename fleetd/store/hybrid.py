@@ -18,7 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from fleetd.errors import StoreError
 from fleetd.logs import get_logger
 from fleetd.model import Sample, SeriesKey
-from fleetd.query import Matcher, Query, QueryBase, RangeAgg, Span, WindowFn
+from fleetd.query import Matcher, Query, QueryBase, RangeAgg, RangeSpan, WindowFn
 from fleetd.store import functions
 from fleetd.store.functions import Summary
 from fleetd.store.memory import MemoryWindow
@@ -37,7 +37,7 @@ class StoredQuery(Query, Protocol):
     ) -> dict[SeriesKey, Summary]: ...
 
     def _range(
-        self, metric: str, matchers: Sequence[Matcher], span: Span
+        self, metric: str, matchers: Sequence[Matcher], span: RangeSpan
     ) -> dict[SeriesKey, list[Sample]]: ...
 
 
@@ -144,7 +144,7 @@ class HybridQuery(QueryBase):
         return out
 
     def _range(
-        self, metric: str, matchers: Sequence[Matcher], span: Span
+        self, metric: str, matchers: Sequence[Matcher], span: RangeSpan
     ) -> dict[SeriesKey, list[Sample]]:
         """Samples (or step buckets) up to the split from the database, after it from memory;
         the step bucket holding the split combines both parts' summaries."""

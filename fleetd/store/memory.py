@@ -29,7 +29,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 
 from fleetd.model import Labels, Reading, Sample, SeriesKey, same_value
-from fleetd.query import Matcher, QueryBase, Span, WindowFn, matches_all
+from fleetd.query import Matcher, QueryBase, RangeSpan, WindowFn, matches_all
 from fleetd.store import functions
 from fleetd.store.functions import Summary
 
@@ -481,7 +481,7 @@ class MemoryWindow(QueryBase):
             return out
 
     def _range(
-        self, metric: str, matchers: Sequence[Matcher], span: Span
+        self, metric: str, matchers: Sequence[Matcher], span: RangeSpan
     ) -> dict[SeriesKey, list[Sample]]:
         """Samples in ``[start, end]``; with ``step``, one ``agg`` sample per step bucket."""
         start, end, step, agg = span

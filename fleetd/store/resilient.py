@@ -43,7 +43,7 @@ from fleetd.configbase import Secret
 from fleetd.errors import StoreError
 from fleetd.logs import get_logger
 from fleetd.model import Reading, Sample, SeriesKey
-from fleetd.query import Matcher, QueryBase, Span, WindowFn
+from fleetd.query import Matcher, QueryBase, RangeSpan, WindowFn
 from fleetd.store.config import StoreConfig
 from fleetd.store.db import Database, SchemaTooNewError
 from fleetd.store.events import Event, EventKind, EventLog
@@ -620,7 +620,7 @@ class ResilientStore(QueryBase):
         return self._read(lambda s: s.window(fn, metric, matchers, window=window, now=now))
 
     def _range(
-        self, metric: str, matchers: Sequence[Matcher], span: Span
+        self, metric: str, matchers: Sequence[Matcher], span: RangeSpan
     ) -> dict[SeriesKey, list[Sample]]:
         return self._read(lambda s: s._range(metric, matchers, span))
 

@@ -18,7 +18,7 @@ from typing import Protocol
 from sqlalchemy import Connection
 
 from fleetd.model import Reading, Sample, SeriesKey
-from fleetd.query import Matcher, QueryBase, Span, WindowFn
+from fleetd.query import Matcher, QueryBase, RangeSpan, WindowFn
 from fleetd.store import functions, headrows, reader
 from fleetd.store.db import Database
 from fleetd.store.functions import Buckets, Summary, to_ms
@@ -226,7 +226,7 @@ class SampleStore(QueryBase):
         return out
 
     def _range(
-        self, metric: str, matchers: Sequence[Matcher], span: Span
+        self, metric: str, matchers: Sequence[Matcher], span: RangeSpan
     ) -> dict[SeriesKey, list[Sample]]:
         """Raw samples in ``[start, end]``; with ``step``, one ``agg`` sample per step bucket
         ``(t - step, t]`` for grid times ``t`` in ``[start, end]``.

@@ -62,7 +62,7 @@ class Baseline:
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class BenchmarkVerdict:
     """The comparison: ``ok`` False names each figure that fell short, with both values."""
 
     ok: bool
@@ -75,7 +75,7 @@ def p99(values: Sequence[float]) -> float:
     return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
 
 
-def compare(result: ProbeResult, baseline: ProbeResult, cfg: BenchmarkConfig) -> Verdict:
+def compare(result: ProbeResult, baseline: ProbeResult, cfg: BenchmarkConfig) -> BenchmarkVerdict:
     """Tokens/s must reach baseline × ``tolerance``; the p99 latencies may be at most
     baseline × ``latency_factor`` (when set). The detail gives now against baseline for each
     figure that fell short, or both probes' figures."""
@@ -101,8 +101,8 @@ def compare(result: ProbeResult, baseline: ProbeResult, cfg: BenchmarkConfig) ->
                 f"(baseline {base_s * 1000:.1f} ms × {factor:g})"
             )
     if short:
-        return Verdict(False, "below baseline: " + "; ".join(short))
-    return Verdict(True, f"benchmark {result.text()} (baseline {baseline.text()})")
+        return BenchmarkVerdict(False, "below baseline: " + "; ".join(short))
+    return BenchmarkVerdict(True, f"benchmark {result.text()} (baseline {baseline.text()})")
 
 
 def run_probe(
@@ -269,18 +269,20 @@ class BenchmarkGate:
         self.store.save(taken)
         return taken
 
-    def check(self, worker: VllmWorkerConfig, model: str | None) -> Verdict | None:
+    def check(self, worker: VllmWorkerConfig, model: str | None) -> BenchmarkVerdict | None:
         """None when the gate is off; ok with "skipped" when there is no baseline."""
         if not self.cfg.enabled:
             return None
         model = model or worker.model
         baseline = self.store.get(worker.name, model)
         if baseline is None:
-            return Verdict(True, f"benchmark skipped: no baseline for {worker.name} ({model})")
+            return BenchmarkVerdict(
+                True, f"benchmark skipped: no baseline for {worker.name} ({model})"
+            )
         try:
             # a session per probe: the executor may check several workers side by side
             with requests.Session() as session:
                 result = run_probe(session, worker, self.cfg, model=model, timer=self._timer)
         except ProbeError as exc:
-            return Verdict(False, f"benchmark probe failed: {exc}")
+            return BenchmarkVerdict(False, f"benchmark probe failed: {exc}")
         return compare(result, baseline.result, self.cfg)

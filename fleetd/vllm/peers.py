@@ -99,7 +99,7 @@ class WorkerFigures:
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class PeerVerdict:
     """The comparison of one worker with its peers."""
 
     worker: str
@@ -251,22 +251,22 @@ def _models(query: Query, now: float, window: float) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------------------- judging
-def judge(figures: Sequence[WorkerFigures], settings: PeersConfig) -> list[Verdict]:
+def judge(figures: Sequence[WorkerFigures], settings: PeersConfig) -> list[PeerVerdict]:
     """Compare each worker with the others serving the same model."""
     by_model: dict[str, list[WorkerFigures]] = {}
     for f in figures:
         by_model.setdefault(f.model, []).append(f)
-    verdicts: list[Verdict] = []
+    verdicts: list[PeerVerdict] = []
     for group in by_model.values():
         for me in group:
             peers = [p for p in group if p is not me and p.per_token_s is not None]
             if me.per_token_s is None:
-                verdicts.append(Verdict(me.name, me.model, me.gpus, len(peers), False,
+                verdicts.append(PeerVerdict(me.name, me.model, me.gpus, len(peers), False,
                                         why="no decode figure"))  # fmt: skip
                 continue
             if len(peers) < settings.min_peers:
                 why = f"{len(peers)} peer(s) with data, {settings.min_peers} needed"
-                verdicts.append(Verdict(me.name, me.model, me.gpus, len(peers), False, why=why))
+                verdicts.append(PeerVerdict(me.name, me.model, me.gpus, len(peers), False, why=why))
                 continue
             values = [p.per_token_s for p in peers if p.per_token_s is not None]
             med, z = robust_z(me.per_token_s, values, settings.mad_floor)
@@ -276,7 +276,7 @@ def judge(figures: Sequence[WorkerFigures], settings: PeersConfig) -> list[Verdi
             if outlier:
                 attribution, why = attribute(me, peers, settings)
             verdicts.append(
-                Verdict(me.name, me.model, me.gpus, len(peers), True, slowdown, z, outlier,
+                PeerVerdict(me.name, me.model, me.gpus, len(peers), True, slowdown, z, outlier,
                         attribution, why)
             )  # fmt: skip
     return verdicts
@@ -324,7 +324,7 @@ def attribute(
 
 
 # ------------------------------------------------------------------------------- readings
-def verdict_readings(verdicts: Sequence[Verdict | FleetVerdict], now: float) -> list[Reading]:
+def verdict_readings(verdicts: Sequence[PeerVerdict | FleetVerdict], now: float) -> list[Reading]:
     """``level`` "gpu": a worker against its node's workers; "hive": a hive against the
     fleet's (its ``worker`` label lists the hive's workers)."""
     out: list[Reading] = []
@@ -367,7 +367,7 @@ class PeerComparison:
         self._workers = tuple(workers)
         self._settings = settings
         self._fresh_s = max(3.0 * scrape_interval, 15.0)
-        self.last: list[Verdict] = []
+        self.last: list[PeerVerdict] = []
         self.last_fleet: list[FleetVerdict] = []
         self.figures: tuple[WorkerFigures, ...] = ()  # as of the last assessment
         self._figures_at = float("-inf")

@@ -164,9 +164,11 @@ def test_a_percentage_of_a_cluster_counts_physical_gpus(pg_url: str) -> None:
         assert manual.granted  # a person's drain is counted, never refused
         leases["cpx-1"].release("r1")
         leases["spx-2"].release("r4")
-        assert leases["spx-2"].acquire(
-            node="spx-2", run_id="r2", gpus=range(8), manual=False, now=now
-        ).granted
+        assert (
+            leases["spx-2"]
+            .acquire(node="spx-2", run_id="r2", gpus=range(8), manual=False, now=now)
+            .granted
+        )
     finally:
         for lease in leases.values():
             lease.dispose()

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fleetd.sim.pysource import SourceError, parse_file
+from fleetd.sim.pysource import PySourceError, parse_file
 
 LIBRARY_KEY = "libamd_smi.so"
 STATUS_NOT_SUPPORTED = 2
@@ -296,7 +296,7 @@ def read_wrapper(path: Path) -> WrapperSpec:
         tree = parse_file(path)
     except OSError as exc:
         raise GenerationError(f"cannot read {path}: {exc}") from None
-    except SourceError as exc:
+    except PySourceError as exc:
         if isinstance(exc.error, SyntaxError):
             error = exc.error
             raise GenerationError(
