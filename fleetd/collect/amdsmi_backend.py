@@ -743,25 +743,34 @@ class AmdSmiBackend:
     # --- presence --------------------------------------------------------------------------
     def device_file(self, bdf: str, name: str) -> str | None:
         """A file of the GPU's PCI device in sysfs, stripped (None: no root, or unreadable)."""
-        if self._pci_root is None:
+        root = self._pci_root
+        if root is None:
             return None
-        directory = self._device_dirs.get(bdf)
-        if directory is None:  # read every poll: the path is joined once
-            directory = self._device_dirs[bdf] = os.path.join(self._pci_root, PCI_DEVICES, bdf)
         try:
-            with open(os.path.join(directory, name), encoding="utf-8") as f:
+            with open(os.path.join(self._device_dir(root, bdf), name), encoding="utf-8") as f:
                 return f.read().strip()
         except (OSError, UnicodeDecodeError):
             return None
 
     def _on_pci_bus(self, bdf: str) -> bool | None:
         """Whether ``bdf`` is in sysfs under the PCI root (None: no root to look in)."""
-        if self._pci_root is None:
+        root = self._pci_root
+        if root is None:
             return None
         try:
-            return (self._pci_root / PCI_DEVICES / bdf).exists()
-        except OSError:
+            os.stat(self._device_dir(root, bdf))
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        except OSError:  # unreadable is not gone
             return None
+        return True
+
+    def _device_dir(self, root: Path, bdf: str) -> str:
+        """The GPU's PCI device directory in sysfs, joined once: it is looked at every poll."""
+        directory = self._device_dirs.get(bdf)
+        if directory is None:
+            directory = self._device_dirs[bdf] = os.path.join(root, PCI_DEVICES, bdf)
+        return directory
 
     def _left_pci_bus(self, gpu: AmdSmiGpu) -> bool:
         """Mark ``gpu`` gone if its PCI device left sysfs; True if it did."""
