@@ -41,6 +41,7 @@ from fleetd.events_wiring import EventWiring
 from fleetd.fleet_wiring import start_heartbeat
 from fleetd.gpu_wiring import SimContext, carry_over_uuids, open_backend
 from fleetd.handoff import AlertStateKeeper, Handoff
+from fleetd.heap import HeapTrimmer
 from fleetd.http_wiring import serve_http
 from fleetd.jobs import JobRunner
 from fleetd.kpi_wiring import build_reliability
@@ -131,6 +132,7 @@ class Daemon:
             self.registry, version=__version__, node=node, node_labels=config.node.labels
         )
         self.memory = MemoryWindow(config.store.memory_retention)
+        self.heap = HeapTrimmer.for_this_libc()  # RSS stays level once the windows are full
         self.coverage = InputCoverage(GPU_CATALOG)  # which rules can never fire here
         self.store = ResilientStore(
             config.store.database_url(config.state_dir), config.store, node=node
@@ -448,10 +450,12 @@ class Daemon:
             log.warning(event, error=repr(exc))
 
     def maintain(self) -> None:
-        """Store maintenance, and a re-enumeration of the GPUs when due (``rediscovery``)."""
+        """Store maintenance, a re-enumeration of the GPUs when due (``rediscovery``), and
+        the C heap's free pages handed back every five minutes (``fleetd.heap``)."""
         now = self.now()
         self.store.maintenance(now)
         self.rediscovery.maybe(now)
+        self.heap.maybe(now)
 
     def scrape_vllm(self) -> None:
         if self.vllm is not None:
