@@ -242,8 +242,7 @@ class Daemon:
         log.info("fleetd_started", node=self.config.node.name, gpus=len(gpus))
 
     def job_interval(self, seconds: float) -> float:
-        """A job's period in real seconds (the demo runs its clock ``time_scale`` times
-        faster)."""
+        """A job's period in real seconds (the demo's clock runs ``time_scale`` times faster)."""
         return max(seconds / self.time_scale, 0.05)
 
     def _schedule(self) -> None:
@@ -450,8 +449,7 @@ class Daemon:
             log.warning(event, error=repr(exc))
 
     def maintain(self) -> None:
-        """Store maintenance, a re-enumeration of the GPUs when due (``rediscovery``), and
-        the C heap's free pages handed back every five minutes (``fleetd.heap``)."""
+        """Store maintenance, the GPUs re-enumerated when due, the C heap trimmed (5 min)."""
         now = self.now()
         self.store.maintenance(now)
         self.rediscovery.maybe(now)
