@@ -41,7 +41,6 @@ from fleetd.events_wiring import EventWiring
 from fleetd.fleet_wiring import start_heartbeat
 from fleetd.gpu_wiring import SimContext, carry_over_uuids, open_backend
 from fleetd.handoff import AlertStateKeeper, Handoff
-from fleetd.heap import HeapTrimmer
 from fleetd.http_wiring import serve_http
 from fleetd.jobs import JobRunner
 from fleetd.kpi_wiring import build_reliability
@@ -132,7 +131,6 @@ class Daemon:
             self.registry, version=__version__, node=node, node_labels=config.node.labels
         )
         self.memory = MemoryWindow(config.store.memory_retention)
-        self.heap = HeapTrimmer.for_this_libc()  # RSS stays level once the windows are full
         self.coverage = InputCoverage(GPU_CATALOG)  # which rules can never fire here
         self.store = ResilientStore(
             config.store.database_url(config.state_dir), config.store, node=node
@@ -449,11 +447,10 @@ class Daemon:
             log.warning(event, error=repr(exc))
 
     def maintain(self) -> None:
-        """Store maintenance, the GPUs re-enumerated when due, the C heap trimmed (5 min)."""
+        """Store maintenance, and a re-enumeration of the GPUs when due (``rediscovery``)."""
         now = self.now()
         self.store.maintenance(now)
         self.rediscovery.maybe(now)
-        self.heap.maybe(now)
 
     def scrape_vllm(self) -> None:
         if self.vllm is not None:

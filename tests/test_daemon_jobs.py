@@ -30,7 +30,6 @@ from fleetd.clock import SLEW_RATE, Clock, FakeClock, FakeSystemClock, SteadyClo
 from fleetd.collect.amdsmi_backend import AmdSmiBackend
 from fleetd.config import FleetdConfig, load_config
 from fleetd.daemon import REDISCOVER_INTERVAL_S, REDISCOVER_PERIOD_S, Daemon, SimContext
-from fleetd.heap import HEAP_TRIM_INTERVAL_S, HeapTrimmer
 from fleetd.model import AlertState
 from fleetd.rules.state_store import AlertStateStore
 from fleetd.sdnotify import SystemdNotify
@@ -492,28 +491,6 @@ def test_a_gpu_off_the_bus_is_found_missing_by_the_periodic_rediscovery(tmp_path
             daemon.tick()
         missing = [a for a in daemon.engine.alerts() if a.key.rule == "GpuMissing"]
         assert [a.state for a in missing] == [AlertState.FIRING]
-    finally:
-        daemon.stop()
-
-
-def test_store_maintenance_hands_the_heaps_free_pages_back_every_five_minutes(
-    tmp_path: Path,
-) -> None:
-    """The maintenance job trims the C heap on the daemon's clock, once per interval,
-    however often maintenance itself runs (every 10 s by default)."""
-    clock = FakeClock()
-    daemon, _node = sim_daemon(plain_config(tmp_path), clock, sysfs=False)
-    pads: list[int] = []
-    daemon.heap = HeapTrimmer(HEAP_TRIM_INTERVAL_S, lambda pad: pads.append(pad) or 1)
-    daemon.start()
-    try:
-        daemon.maintain()  # starts the count
-        maintenance = daemon.config.store.maintenance_interval
-        for _ in range(round(3 * HEAP_TRIM_INTERVAL_S / maintenance)):
-            clock.advance(maintenance)
-            daemon.tick()
-            daemon.maintain()
-        assert pads == [0, 0, 0]
     finally:
         daemon.stop()
 
