@@ -463,7 +463,7 @@ def footprint(ticks: int, every: int, trace: bool = False) -> dict[str, Any]:
 
     def after(tick: int) -> None:
         nonlocal peak
-        with open("/proc/self/statm", "rb") as statm:  # every tick: the heap trim's saw-tooth
+        with open("/proc/self/statm", "rb") as statm:  # every tick: RSS between samples
             peak = max(peak, int(statm.read().split()[1]) * page)
         if tick % every == 0 or tick == ticks:
             sample(tick)
