@@ -9,9 +9,10 @@ misbehave. So, without a framework:
   *non-blocking*, with a deadline per connection: a client that never speaks, or dribbles a
   byte a second (slowloris), costs a socket and a few bytes of buffer, never a thread, and
   is answered 408 and closed at its deadline;
-* a fixed pool of ``WORKERS`` threads takes complete requests from a bounded queue, runs the
-  handler and writes the answer (with a write timeout); when the queue is full the I/O
-  thread answers 503 with ``Retry-After`` at once instead of queueing without bound;
+* a fixed pool of ``WORKERS`` threads takes complete requests from a bounded queue (the
+  last thread to go idle first: ``fleetd.api.jobqueue``), runs the handler and writes the
+  answer (with a write timeout); when the queue is full the I/O thread answers 503 with
+  ``Retry-After`` at once instead of queueing without bound;
 * request limits are enforced before a handler sees anything: request line over 8 KiB 414,
   header section over 64 KiB or more than 100 fields 431, body over 1 MiB 413, a body-carrying
   method without Content-Length 411, anything malformed 400 — every one a JSON error body
@@ -42,6 +43,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from fleetd.api.jobqueue import WarmQueue
 from fleetd.logs import get_logger
 
 log = get_logger("http")
@@ -372,7 +374,7 @@ class _Listener:
             raise
         self.sock.setblocking(False)
         self.workers = workers
-        self.jobs: queue.Queue[_Job | None] = queue.Queue(maxsize=queue_size)
+        self.jobs: WarmQueue[_Job | None] = WarmQueue(queue_size)
         self.stopping = False
         self.rejected = 0  # answered 503 (queue, connection table or body budget full)
         self.body_budget = BODY_BUDGET_BYTES
