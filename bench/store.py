@@ -13,7 +13,10 @@ Prints one JSON line (last line of output). Runs on a temporary SQLite file with
    last day boundary, as retention leaves them) and a 30-day range query at a 1-hour step;
 5. the projection for 30 days of an 8-GPU node polled every second with the default tiers:
    24 h of raw samples + 30 days of 1-minute rollups + 30 days of 1-hour rollups + the head
-   rows waiting for compaction.
+   rows waiting for compaction;
+6. the periodic integrity check (``PRAGMA quick_check``) over the file of 1 and 2 (an hour of
+   the node's samples): its time and how far it lifts the RSS high-water mark of a process
+   that has imported fleetd.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import argparse
 import json
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -145,6 +149,39 @@ def synthetic_minutes(kind: str, start_ms: int, n: int, rng: random.Random) -> B
     return b
 
 
+CHECK_CHILD = """
+import sys, time
+from fleetd.store.db import Database, sqlite_url
+
+def status_kb(key):
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith(key))
+
+db = Database.open(sqlite_url(sys.argv[1]))
+with open("/proc/self/clear_refs", "w") as refs:
+    refs.write("5")  # the high-water mark restarts from the current RSS
+before = status_kb("VmRSS")
+t = time.perf_counter()
+assert db.quick_check() is None, "the integrity check found a problem in a fresh file"
+print(time.perf_counter() - t, (status_kb("VmHWM") - before) / 1024)
+"""
+
+
+def integrity_check_cost(path: Path) -> tuple[float, float]:
+    """Seconds for ``Database.quick_check`` of ``path`` (the daemon's check every
+    ``integrity_check_interval``) and how far it lifts the RSS high-water mark, in MB, in a
+    process of its own (in this one, memory freed by the steps before would hide it)."""
+    root = str(Path(__file__).resolve().parents[1])
+    child = f"import sys; sys.path.insert(0, {root!r})\n{CHECK_CHILD}"
+    out = subprocess.run(
+        [sys.executable, "-c", child, str(path)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    return float(out[0]), round(float(out[1]), 2)
+
+
 def median_ms(fn, runs: int) -> float:
     times = []
     for _ in range(runs):
@@ -250,7 +287,11 @@ def main() -> None:
         got = store.range(QUERY_METRIC, start=now - 30 * DAY, end=now, step=3600)
         assert min(len(v) for v in got.values()) >= 30 * 24, "rollup query lost buckets"
         hour_per_bucket = hour_bytes / hour_buckets
+
+        # 6. the periodic integrity check over this file: time and how far it lifts RSS ------
         db.dispose()
+        check_s, check_peak_mb = integrity_check_cost(Path(tmp) / "fleetd.db")
+        check_file_mb = (Path(tmp) / "fleetd.db").stat().st_size / 2**20
 
     # 5. projection: 30 days of an 8-GPU node polled every second ----------------------------
     head_rows = series * (cfg.chunk_span + cfg.compact_delay + cfg.maintenance_interval)
@@ -275,6 +316,9 @@ def main() -> None:
                 "projected_30d_gib": round(projected / 2**30, 3),
                 "raw_1h_range_query_ms": round(raw_query_ms, 2),
                 "rollup_30d_range_query_ms": round(rollup_query_ms, 2),
+                "integrity_check_file_mb": round(check_file_mb, 1),
+                "integrity_check_s": round(check_s, 3),
+                "integrity_check_rss_peak_rise_mb": check_peak_mb,
                 "targets_met": written / ingest_s >= 100_000
                 and projected <= 2**30
                 and raw_query_ms <= 50

@@ -49,6 +49,12 @@ Synchronous = Literal["off", "normal", "full"]
 
 _IMMEDIATE = "fleetd_sqlite_immediate"
 _WAL_LIMIT_BYTES = 16 * 1024 * 1024
+CHECK_CACHE_KIB = 256
+"""The integrity check's page cache. The check walks every b-tree once, so SQLite's default
+(2 MiB) buys nothing, and filling it on a fresh connection every ``integrity_check_interval``
+lifted the daemon's RSS high-water mark: by 0.8–1.0 MB for an hour of a node's samples and
+1.0–1.3 MB for a 106 MB file; with 256 KiB by nothing measurable, in the same time
+(``bench/store.py``, docs/performance.md "Footprint, round 7")."""
 
 
 class SchemaTooNewError(StoreError):
@@ -288,8 +294,9 @@ class Database:
         """``PRAGMA quick_check`` on SQLite (every page read, in the main file and the WAL):
         None when it reports ``ok``, else the first problems. A file is checked on a
         connection of its own, whose page cache is empty, so what is on disk is what is
-        checked. Raises what SQLite raises (``database disk image is malformed`` is itself
-        the answer for a corrupt file)."""
+        checked, and small (``CHECK_CACHE_KIB``): the check reads each page about once.
+        Raises what SQLite raises (``database disk image is malformed`` is itself the answer
+        for a corrupt file)."""
         if not self.is_sqlite:
             return None
         path = self.path
@@ -305,6 +312,7 @@ class Database:
             )
             try:
                 conn_.execute("PRAGMA mmap_size=0")
+                conn_.execute(f"PRAGMA cache_size=-{CHECK_CACHE_KIB}")
                 rows = [str(r[0]) for r in conn_.execute("PRAGMA quick_check(10)")]
             finally:
                 conn_.close()

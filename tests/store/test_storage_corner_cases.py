@@ -19,7 +19,7 @@ from store_helpers import T0, gpu
 from fleetd.errors import StoreError
 from fleetd.model import Reading
 from fleetd.store.config import StoreConfig
-from fleetd.store.db import Database, FileGuard, file_problem, sqlite_url
+from fleetd.store.db import CHECK_CACHE_KIB, Database, FileGuard, file_problem, sqlite_url
 from fleetd.store.resilient import POLL_LOCK_WAIT, ResilientStore, classify
 
 POWER = "fleetd_gpu_power_watts"
@@ -140,6 +140,35 @@ def test_quick_check_reports_a_damaged_main_file(tmp_path: Path) -> None:
     with path.open("r+b") as f:
         f.seek(4096 * 3)
         f.write(os.urandom(4096 * 4))
+    try:
+        problem = db.quick_check()
+    except Exception as exc:
+        assert classify(exc).corrupt
+    else:
+        assert problem is not None
+    db.dispose()
+
+
+def test_quick_check_reads_a_file_many_times_its_page_cache_and_finds_late_damage(
+    tmp_path: Path,
+) -> None:
+    """The check's small page cache (``CHECK_CACHE_KIB``) still reads every page: damage in
+    the last pages of a file sixteen times the cache is found."""
+    path = tmp_path / "fleetd.db"
+    db = Database.open(sqlite_url(path))
+    with db.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE filler (x TEXT)")
+        conn.exec_driver_sql("CREATE INDEX ix_filler ON filler (x)")
+        for n in range(4000):
+            conn.exec_driver_sql(f"INSERT INTO filler VALUES ('{n:06d}{'x' * 1000}')")
+    with db.engine.connect() as conn:
+        conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    size = path.stat().st_size
+    assert size > 16 * CHECK_CACHE_KIB * 1024
+    assert db.quick_check() is None
+    with path.open("r+b") as f:
+        f.seek(size - 4096 * 4)
+        f.write(os.urandom(4096 * 3))
     try:
         problem = db.quick_check()
     except Exception as exc:
