@@ -18,7 +18,7 @@ from store_helpers import T0, gpu, pg_schema, settle
 from fleetd.model import Reading, Sample, SeriesKey
 from fleetd.store.config import StoreConfig
 from fleetd.store.db import Database, sqlite_url
-from fleetd.store.maintenance import Maintenance
+from fleetd.store.maintenance import BUCKET_NUMBERS, SAMPLE_NUMBERS, Maintenance
 from fleetd.store.samples import SampleStore
 from fleetd.store.tables import chunk_table, rollup_table
 
@@ -196,3 +196,34 @@ def test_minute_buckets_end_on_the_minute(sqlite_db: Database) -> None:
     assert store.range(GAUGE, start=T0, end=T0 + 180, step=60, agg="count")[G] == want
     firsts = store.range(GAUGE, start=T0, end=T0 + 180, step=60, agg="first")[G]
     assert [s.value for s in firsts] == [0.0, 1.0, 4.0]
+
+
+def test_a_step_of_the_hourly_rollup_reads_no_more_than_maintenance_rows_allows(
+    sqlite_db: Database,
+) -> None:
+    """A day of 1-minute buckets is about eleven numbers a minute where a raw sample is two:
+    each step of the daily rollup takes as few series as keep it within ``maintenance_rows``
+    raw samples' worth, and the hours it writes are whole."""
+    store = SampleStore(sqlite_db)
+    config = StoreConfig(maintenance_rows=20_000)
+    jobs = Maintenance(store, config)
+    series = 6
+    for minute in range(24 * 60):
+        when = T0 + 60 * minute + 30
+        store.append([Reading(GAUGE, gpu(g), float(minute % 60), when) for g in range(series)])
+    later = T0 + DAY + 2 * 3600
+    while jobs.compact(later):
+        pass
+    while jobs.rollup(60, later):
+        pass
+    steps = []
+    while done := jobs.rollup(3600, later):
+        steps.append(done)
+    *steps, closing = steps  # the last call only moves the watermark (and returns 1)
+    assert closing == 1 and sum(steps) == series and len(steps) > 1
+    numbers_per_series = 24 * 60 * BUCKET_NUMBERS
+    assert max(steps) * numbers_per_series <= SAMPLE_NUMBERS * config.maintenance_rows
+    hourly = store.range(GAUGE, start=T0 + 3600, end=T0 + DAY, step=3600, agg="max")
+    assert set(hourly) == {SeriesKey(GAUGE, gpu(g)) for g in range(series)}
+    for samples in hourly.values():
+        assert [s.value for s in samples] == [59.0] * 24
