@@ -470,8 +470,10 @@ def footprint(ticks: int, every: int, trace: bool = False) -> dict[str, Any]:
 
     def sample(tick: int) -> None:
         nonlocal first_full, peak
+        block_peak: dict[str, float] = {}
         if tick:
             peaks.append((tick, round(peak / 2**20, 2)))
+            block_peak = {"rss_peak_mb_of_block": peaks[-1][1]}
             peak = 0
         gc.collect()
         samples.append((tick, round(process.memory_info().rss / 2**20, 2)))
@@ -481,7 +483,8 @@ def footprint(ticks: int, every: int, trace: bool = False) -> dict[str, Any]:
             series=memory.series_count(),
             timestamp_columns=memory.column_count(),
         )
-        print(json.dumps({"tick": tick, "rss_mb": samples[-1][1], **window}), file=sys.stderr)
+        progress = {"tick": tick, "rss_mb": samples[-1][1], **block_peak, **window}
+        print(json.dumps(progress), file=sys.stderr, flush=True)
         if trace and tick >= retention_ticks and first_full is None:
             first_full = tracemalloc.take_snapshot()
 
