@@ -127,19 +127,27 @@ def test_garbage_in_the_wal_is_found_by_the_periodic_check_and_moved_aside(
     rs.close()
 
 
-def test_quick_check_reports_a_damaged_main_file(tmp_path: Path) -> None:
-    path = tmp_path / "fleetd.db"
+def filled_file(path: Path, rows: int, row_bytes: int, *, index: bool = False) -> Database:
+    """A checkpointed SQLite file of ``rows`` text rows that the integrity check passes."""
     db = Database.open(sqlite_url(path))
     with db.begin() as conn:
         conn.exec_driver_sql("CREATE TABLE filler (x TEXT)")
-        for n in range(200):
-            conn.exec_driver_sql(f"INSERT INTO filler VALUES ('{'x' * 500}{n}')")
+        if index:
+            conn.exec_driver_sql("CREATE INDEX ix_filler ON filler (x)")
+        for n in range(rows):
+            conn.exec_driver_sql(f"INSERT INTO filler VALUES ('{n:06d}{'x' * row_bytes}')")
     with db.engine.connect() as conn:
         conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
     assert db.quick_check() is None
+    return db
+
+
+def assert_check_finds_damage(db: Database, path: Path, at: int, pages: int) -> None:
+    """Random bytes over ``pages`` pages from offset ``at``: the check reports a problem, or
+    raises what SQLite raises for a corrupt file."""
     with path.open("r+b") as f:
-        f.seek(4096 * 3)
-        f.write(os.urandom(4096 * 4))
+        f.seek(at)
+        f.write(os.urandom(4096 * pages))
     try:
         problem = db.quick_check()
     except Exception as exc:
@@ -147,6 +155,12 @@ def test_quick_check_reports_a_damaged_main_file(tmp_path: Path) -> None:
     else:
         assert problem is not None
     db.dispose()
+
+
+def test_quick_check_reports_a_damaged_main_file(tmp_path: Path) -> None:
+    path = tmp_path / "fleetd.db"
+    db = filled_file(path, rows=200, row_bytes=500)
+    assert_check_finds_damage(db, path, at=4096 * 3, pages=4)
 
 
 def test_quick_check_reads_a_file_many_times_its_page_cache_and_finds_late_damage(
@@ -155,27 +169,10 @@ def test_quick_check_reads_a_file_many_times_its_page_cache_and_finds_late_damag
     """The check's small page cache (``CHECK_CACHE_KIB``) still reads every page: damage in
     the last pages of a file sixteen times the cache is found."""
     path = tmp_path / "fleetd.db"
-    db = Database.open(sqlite_url(path))
-    with db.begin() as conn:
-        conn.exec_driver_sql("CREATE TABLE filler (x TEXT)")
-        conn.exec_driver_sql("CREATE INDEX ix_filler ON filler (x)")
-        for n in range(4000):
-            conn.exec_driver_sql(f"INSERT INTO filler VALUES ('{n:06d}{'x' * 1000}')")
-    with db.engine.connect() as conn:
-        conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    db = filled_file(path, rows=4000, row_bytes=1000, index=True)
     size = path.stat().st_size
     assert size > 16 * CHECK_CACHE_KIB * 1024
-    assert db.quick_check() is None
-    with path.open("r+b") as f:
-        f.seek(size - 4096 * 4)
-        f.write(os.urandom(4096 * 3))
-    try:
-        problem = db.quick_check()
-    except Exception as exc:
-        assert classify(exc).corrupt
-    else:
-        assert problem is not None
-    db.dispose()
+    assert_check_finds_damage(db, path, at=size - 4096 * 4, pages=3)
 
 
 def test_file_guard_names_an_immutable_file(tmp_path: Path, immutable: list[Path]) -> None:
