@@ -292,7 +292,8 @@ def test_drift_is_listed_by_fleetctl_and_raised_on_the_odd_node(
 
 
 def test_the_daemon_wires_versions_and_the_silence_cache(tmp_path: Path, pg_url: str) -> None:
-    agent = start_agent(tmp_path / "n", name="gpu-node-101", registry={"url": pg_url, "timeout": 1})
+    registry = {"url": pg_url, "timeout": 10}
+    agent = start_agent(tmp_path / "n", name="gpu-node-101", registry=registry)
     try:
         agent.tick()
         assert agent.daemon.heartbeat is not None

@@ -28,7 +28,7 @@ NODES = ("gpu-node-001", "gpu-node-002", "gpu-node-003")
 @pytest.fixture
 def fleet(tmp_path: Path, pg_url: str) -> Iterator[list[tuple[Agent, RegistryHeartbeat]]]:
     start = time.time()  # fleetctl judges staleness on the real clock
-    config = RegistryConfig.model_validate({"url": pg_url, "timeout": 1})
+    config = RegistryConfig.model_validate({"url": pg_url, "timeout": 10})
     members = []
     try:
         for name in NODES:

@@ -50,7 +50,7 @@ def node(tmp: Path, name: str, url: str, *, slow: float = 1.0, seed: int = 0) ->
     window = MemoryWindow(retention=7200)
     feed_day(window, START, hours=1, step=60.0, slow=slow, seed=seed)
     peers = PeerComparison(WORKERS, SETTINGS)
-    config = RegistryConfig.model_validate({"url": url, "timeout": 1})
+    config = RegistryConfig.model_validate({"url": url, "timeout": 10})
     peers.enable_fleet(name, "MI355X", {}, max_age=config.stale_after)
     heartbeat = RegistryHeartbeat(config, agent.services, address=agent.url, serving=peers)
     return Node(agent, heartbeat, peers, window)
@@ -146,7 +146,7 @@ def test_the_daemon_publishes_its_workers_figures_with_the_heartbeat(
     vllm = {"workers": [{"name": w.name, "url": w.url, "gpus": list(w.gpus), "model": "m"}
                         for w in workers]}  # fmt: skip
     agent = start_agent(tmp_path / "n", name="gpu-node-201", clock=clock, vllm=vllm,
-                        registry={"url": pg_url, "timeout": 1})  # fmt: skip
+                        registry={"url": pg_url, "timeout": 10})  # fmt: skip
     try:
         wiring = agent.daemon.vllm
         assert wiring is not None and wiring.peers.fleet_target == ("gpu-node-201", "MI355X")

@@ -55,7 +55,7 @@ def agents(tmp_path: Path, pg_url: str) -> Iterator[list[Agent]]:
                     clock=FakeClock(start),
                     labels=labels,
                     remediation=remediation,
-                    registry={"url": pg_url, "timeout": 1},
+                    registry={"url": pg_url, "timeout": 10},
                 )
             )
         yield out

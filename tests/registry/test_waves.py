@@ -49,7 +49,7 @@ def nodes(tmp_path: Path, pg_url: str) -> Iterator[list[tuple[Agent, RegistryHea
             agent = start_agent(tmp_path / name, name=name, clock=FakeClock(start), labels=labels)
             assert agent.remedy is not None
             beat = RegistryHeartbeat(
-                RegistryConfig.model_validate({"url": pg_url, "timeout": 1}),
+                RegistryConfig.model_validate({"url": pg_url, "timeout": 10}),
                 agent.services,
                 address=agent.url,
                 remediation_mode=agent.remedy.set_fleet_mode,  # type: ignore[union-attr]
