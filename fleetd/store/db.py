@@ -52,9 +52,10 @@ _WAL_LIMIT_BYTES = 16 * 1024 * 1024
 CHECK_CACHE_KIB = 256
 """The integrity check's page cache. The check walks every b-tree once, so SQLite's default
 (2 MiB) buys nothing, and filling it on a fresh connection every ``integrity_check_interval``
-lifted the daemon's RSS high-water mark: by 0.8–1.0 MB for an hour of a node's samples and
-1.0–1.3 MB for a 106 MB file; with 256 KiB by nothing measurable, in the same time
-(``bench/store.py``, docs/performance.md "Footprint, round 7")."""
+lifted the RSS high-water mark of a process that had imported fleetd: by 0.8–1.0 MB for an
+hour of a node's samples and 1.0–1.3 MB for a 106 MB file; with 256 KiB by nothing
+measurable, in the same time (``bench/store.py``, docs/performance.md "Footprint, round 7").
+The whole daemon's steady RSS did not show it: this bounds a transient."""
 
 
 class SchemaTooNewError(StoreError):
