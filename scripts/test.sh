@@ -18,5 +18,7 @@ fi
 python -m ruff check fleetd tests bench
 python -m mypy
 # Two worker processes, a test file each at a time (a file's fixtures, such as one end-to-end
-# run shared by its assertions, are built once); `-n 0` runs in one process.
-python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile "$@"
+# run shared by its assertions, are built once); `-n 0` runs in one process. Files with a slow
+# test are handed out first (tests/conftest.py), not last as xdist's reordering by test count
+# would, so the long end-to-end runs overlap the short files.
+python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --no-loadscope-reorder "$@"

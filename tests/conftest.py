@@ -16,6 +16,15 @@ from fleetd.clock import FakeClock
 PG_BASE_URL = os.environ.get("FLEETD_TEST_PG", "postgresql+psycopg2://root@127.0.0.1:5432/test")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files holding a ``slow`` test run first. Under ``--dist loadfile`` (scripts/test.sh,
+    with xdist's reordering by test count turned off) workers take files in this order, so
+    the long end-to-end files overlap the many short ones instead of running alone at the end
+    of the run. The sort is stable: the order inside a file and among the rest is kept."""
+    slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow)
+
+
 @pytest.fixture(autouse=True)
 def _fresh_logging() -> Iterator[None]:
     """A test that configures logging (level, stream) must not silence the next one's."""

@@ -15,6 +15,8 @@ from fleetd.clock import FakeClock
 from fleetd.demo import Demo, build_demo
 from fleetd.remedy import machine as m
 
+pytestmark = pytest.mark.slow  # three whole remediation runs of a 64-device node
+
 
 def run_for(demo: Demo, clock: FakeClock, seconds: int) -> None:
     """One daemon tick a second, with the jobs a scheduler would run (as tests/test_demo)."""

@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from fleetd.vllm.exposition import exposition_samples
 from fleetd.vllm.serving import ServingValues, read_serving
 
 RUNNING = "vllm:num_requests_running"
@@ -47,16 +47,15 @@ def parse_vllm_metrics(text: str) -> VllmValues:
     maxima: dict[str, float] = {}
     wanted = {RUNNING, WAITING, GENERATION, *KV_CACHE}
     rest: list[Sample] = []
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name not in wanted:
-                rest.append(sample)
-                continue
-            value = float(sample.value)
-            if not math.isfinite(value) or value < 0:
-                continue  # (amdsmi's sentinels mean nothing here: 65535 tokens is a count)
-            sums[sample.name] = sums.get(sample.name, 0.0) + value
-            maxima[sample.name] = max(maxima.get(sample.name, value), value)
+    for sample in exposition_samples(text):
+        if sample.name not in wanted:
+            rest.append(sample)
+            continue
+        value = float(sample.value)
+        if not math.isfinite(value) or value < 0:
+            continue  # (amdsmi's sentinels mean nothing here: 65535 tokens is a count)
+        sums[sample.name] = sums.get(sample.name, 0.0) + value
+        maxima[sample.name] = max(maxima.get(sample.name, value), value)
     kv = next((maxima[name] for name in KV_CACHE if name in maxima), None)
     if kv is not None and kv > 1.0:
         kv = None

@@ -26,6 +26,8 @@ from fleetd.rules.config import load_rules
 from fleetd.rules.loader import load_rule_file
 from tests.chaos.config_corpus import ENV_SECRET, LAX, SECRET, Case, corpus
 
+pytestmark = pytest.mark.slow  # the whole corpus, each file through the loaders
+
 CASE_SECONDS = 2.0  # one file, parse to problems; the worst measured is far below
 CASE_PEAK_BYTES = 64 * 1024**2  # a hostile file's peak allocation while loading
 RUN_GROWTH_KIB = 256 * 1024  # the whole run's growth of the process's peak resident set

@@ -9,8 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.e2e.harness import SCENARIOS, Node
 from tests.e2e.standins.pagerduty import Event
+
+pytestmark = pytest.mark.slow  # a real daemon through a whole remediation run
 
 FAULT_RULES = (
     "GpuEccUncorrectableError",

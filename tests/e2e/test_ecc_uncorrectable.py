@@ -15,6 +15,8 @@ from tests.e2e.standins import alertmanager as am
 from tests.e2e.standins.pagerduty import Event
 from tests.e2e.standins.slack import API_PREFIX
 
+pytestmark = pytest.mark.slow  # a real daemon through a whole remediation run
+
 
 def the_page(o: Observed) -> Event:
     """The fault's one page: its first report's rule (the kernel line, the CPER record or the
