@@ -167,6 +167,27 @@ def post_json(
         ) from None
 
 
+def post_json_2xx(
+    session: requests.Session,
+    url: Secret | str,
+    payload: Any,
+    *,
+    timeout: float,
+    what: str,
+    token: Secret | None = None,
+    secrets: Iterable[Secret | None] = (),
+) -> None:
+    """POST ``payload`` as JSON to a receiver for which any 2xx answer is success, with
+    ``token`` as a bearer token when set. Any other answer raises ``error_for_status``'s
+    error, with the URL (when it is a secret), the token and ``secrets`` redacted."""
+    headers = {} if token is None else {"Authorization": f"Bearer {token.reveal()}"}
+    plain = url.reveal() if isinstance(url, Secret) else url
+    response = post_json(session, plain, payload, timeout=timeout, what=what, headers=headers)
+    if not 200 <= response.status_code < 300:
+        hidden = [url if isinstance(url, Secret) else None, token, *secrets]
+        raise error_for_status(response, what, hidden)
+
+
 def truncate(text: str, limit: int, marker: str = "…") -> str:
     """``text`` cut to at most ``limit`` characters, ending in ``marker`` when cut."""
     if len(text) <= limit:

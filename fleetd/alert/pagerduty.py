@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 import requests
 
-from fleetd.alert.base import DeliveryMode, error_for_status, post_json, truncate
+from fleetd.alert.base import DeliveryMode, post_json_2xx, truncate
 from fleetd.alert.config import PagerDutyConfig
 from fleetd.alert.links import alert_url
 from fleetd.alert.notification import AlertRecord, ChangeEvent, Notification, Receipt, iso8601
@@ -87,11 +87,14 @@ class PagerDutyNotifier:
         else:
             body = self.alert_event(notification)
             url = self._config.url
-        response = post_json(
-            self._session, url, body, timeout=self._config.timeout, what="pagerduty"
+        post_json_2xx(
+            self._session,
+            url,
+            body,
+            timeout=self._config.timeout,
+            what="pagerduty",
+            secrets=[self._config.routing_key],
         )
-        if not 200 <= response.status_code < 300:
-            raise error_for_status(response, "pagerduty", [self._config.routing_key])
         return None
 
     # -------------------------------------------------------------------------------- payloads

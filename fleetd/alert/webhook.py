@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import requests
 
-from fleetd.alert.base import DeliveryMode, error_for_status, post_json
+from fleetd.alert.base import DeliveryMode, post_json_2xx
 from fleetd.alert.config import WebhookConfig
 from fleetd.alert.links import alert_url
 from fleetd.alert.notification import AlertRecord, Notification, Receipt, iso8601
@@ -97,13 +97,7 @@ class WebhookNotifier:
             body = change_payload(notification)
         else:
             body = webhook_payload(notification, self._config.max_alerts)
-        response = post_json(
-            self._session,
-            self._config.url.reveal(),
-            body,
-            timeout=self._config.timeout,
-            what="webhook",
+        post_json_2xx(
+            self._session, self._config.url, body, timeout=self._config.timeout, what="webhook"
         )
-        if not 200 <= response.status_code < 300:
-            raise error_for_status(response, "webhook", [self._config.url])
         return None
