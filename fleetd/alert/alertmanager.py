@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import requests
 
-from fleetd.alert.base import DeliveryMode, post_json_2xx
+from fleetd.alert.base import DeliveryMode, PostingNotifier, post_json_2xx
 from fleetd.alert.config import AlertmanagerConfig
 from fleetd.alert.notification import AlertRecord, Notification, Receipt, iso8601
 from fleetd.alert.webhook import generator_url
@@ -45,16 +45,14 @@ def postable_alert(
     return item
 
 
-class AlertmanagerNotifier:
+class AlertmanagerNotifier(PostingNotifier[AlertmanagerConfig]):
     """POSTs the current state of a list of alerts to one Alertmanager."""
 
     kind: ClassVar[str] = "alertmanager"
     mode: ClassVar[DeliveryMode] = "sync"
-    threads = False
 
     def __init__(self, config: AlertmanagerConfig, session: requests.Session) -> None:
-        self._config = config
-        self._session = session
+        super().__init__(config, session)
         self._url = config.url.rstrip("/") + ALERTS_PATH
 
     @property

@@ -14,9 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-import requests
-
-from fleetd.alert.base import DeliveryMode, post_json_2xx
+from fleetd.alert.base import DeliveryMode, PostingNotifier, post_json_2xx
 from fleetd.alert.config import TicketReceiverConfig
 from fleetd.alert.notification import Notification, Receipt, iso8601
 from fleetd.errors import NotifyError
@@ -36,16 +34,11 @@ def is_ticket(notification: Notification) -> bool:
     )
 
 
-class TicketNotifier:
+class TicketNotifier(PostingNotifier[TicketReceiverConfig]):
     """POSTs one RMA ticket per call; any 2xx is success."""
 
     kind: ClassVar[str] = "ticket"
     mode: ClassVar[DeliveryMode] = "changes"
-    threads = False
-
-    def __init__(self, config: TicketReceiverConfig, session: requests.Session) -> None:
-        self._config = config
-        self._session = session
 
     def body(self, notification: Notification) -> dict[str, object]:
         change = notification.change

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import requests
-
-from fleetd.alert.base import DeliveryMode, post_json_2xx
+from fleetd.alert.base import DeliveryMode, PostingNotifier, post_json_2xx
 from fleetd.alert.config import WebhookConfig
 from fleetd.alert.links import alert_url
 from fleetd.alert.notification import AlertRecord, Notification, Receipt, iso8601
@@ -81,16 +79,11 @@ def change_payload(notification: Notification) -> dict[str, Any]:
     }
 
 
-class WebhookNotifier:
+class WebhookNotifier(PostingNotifier[WebhookConfig]):
     """POSTs one Alertmanager-format message per call; any 2xx is success."""
 
     kind: ClassVar[str] = "webhook"
     mode: ClassVar[DeliveryMode] = "group"
-    threads = False
-
-    def __init__(self, config: WebhookConfig, session: requests.Session) -> None:
-        self._config = config
-        self._session = session
 
     def send(self, notification: Notification) -> Receipt | None:
         if notification.action == "change":
