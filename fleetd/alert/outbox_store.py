@@ -549,18 +549,12 @@ def _alert_row(record: AlertRecord, now: float) -> dict[str, object]:
 
 def pending_entry(entry: NewEntry, now: float, entry_id: int = 0) -> OutboxEntry:
     """``entry`` queued at ``now``, before its first attempt (``entry_id``: the memory lane's;
-    in the database the row's id is the database's)."""
+    in the database the row's id is the database's): every field of ``entry``, then the
+    queue's own."""
     return OutboxEntry(
         id=entry_id,
-        integration=entry.integration,
-        receiver=entry.receiver,
-        kind=entry.kind,
-        action=entry.action,
-        group_key=entry.group_key,
-        dedup_id=entry.dedup_id,
-        payload=entry.payload,
+        **asdict(entry),
         status=PENDING,
-        priority=entry.priority,
         created_at=now,
         due_at=now,
         attempts=0,
