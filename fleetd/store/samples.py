@@ -194,13 +194,7 @@ class SampleStore(QueryBase):
                     if value is not None:
                         out[chosen[sid]] = value
             return out
-        summaries = self.summaries(metric, matchers, start=start, end=now)
-        result: dict[SeriesKey, float] = {}
-        for key, summary in summaries.items():
-            value = summary.value(fn)
-            if value is not None:
-                result[key] = value
-        return result
+        return functions.summary_values(fn, self.summaries(metric, matchers, start=start, end=now))
 
     def summaries(
         self, metric: str, matchers: Sequence[Matcher] = (), *, start: float, end: float
