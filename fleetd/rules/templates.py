@@ -31,10 +31,8 @@ class TemplateError(TextError):
 
 def go_float(value: float) -> str:
     """A float as Go's ``fmt`` prints it with ``%v`` (what Prometheus' ``$value`` shows)."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
+    if not math.isfinite(value):
+        return _go_non_finite(value)
     if value == 0:
         return "0"
     sign, digits, exponent = Decimal(repr(value)).normalize().as_tuple()
@@ -46,6 +44,13 @@ def go_float(value: float) -> str:
         mantissa = text[0] + ("." + text[1:] if len(text) > 1 else "")
         return f"{prefix}{mantissa}e{'-' if exp10 < 0 else '+'}{abs(exp10):02d}"
     return prefix + format(abs(value), "f").rstrip("0").rstrip(".")
+
+
+def _go_non_finite(value: float) -> str:
+    """NaN or an infinity as Go prints it."""
+    if math.isnan(value):
+        return "NaN"
+    return "+Inf" if value > 0 else "-Inf"
 
 
 def humanize(value: float) -> str:
@@ -99,10 +104,8 @@ def humanize_duration(value: float) -> str:
 
 
 def _g4(value: float) -> str:
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
+    if not math.isfinite(value):
+        return _go_non_finite(value)
     text = f"{value:.4g}"
     if "e" in text:  # Go writes at least two exponent digits, as Python does
         mantissa, exp = text.split("e")
