@@ -345,6 +345,15 @@ class Buckets:
         return out
 
 
+def add_buckets(out: dict[int, Buckets], sid: int, buckets: Buckets) -> None:
+    """Append ``buckets`` to series ``sid``'s in ``out`` (the first ones become its own)."""
+    have = out.get(sid)
+    if have is None:
+        out[sid] = buckets
+    else:
+        have.extend(buckets)
+
+
 def summarize(ts: Sequence[float], values: Sequence[float]) -> Summary | None:
     """The summary of parallel, time-sorted samples; None when there are none."""
     n = len(values)
