@@ -64,11 +64,7 @@ def humanize(value: float) -> str:
             prefix = p
             value /= 1000
         return _g4(value) + prefix
-    for p in ("m", "u", "n", "p", "f", "a", "z", "y"):
-        if abs(value) >= 1:
-            break
-        prefix = p
-        value *= 1000
+    value, prefix = _below_one(value)
     return _g4(value) + prefix
 
 
@@ -94,13 +90,20 @@ def humanize_duration(value: float) -> str:
         if minutes:
             return f"{sign}{minutes}m {seconds}s"
         return f"{sign}{_g4(value)}s"
+    value, prefix = _below_one(value)
+    return f"{_g4(value)}{prefix}s"
+
+
+def _below_one(value: float) -> tuple[float, str]:
+    """A value under 1 in size, scaled by thousands up to at least 1 (yocto at most), and the
+    SI prefix that says so: 0.0025 → (2.5, "m")."""
     prefix = ""
     for p in ("m", "u", "n", "p", "f", "a", "z", "y"):
         if abs(value) >= 1:
             break
         prefix = p
         value *= 1000
-    return f"{_g4(value)}{prefix}s"
+    return value, prefix
 
 
 def _g4(value: float) -> str:
