@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import requests
 
-from fleetd.alert.base import DeliveryMode, error_for_status, post_json
+from fleetd.alert.base import DeliveryMode, PostingNotifier, post_json_2xx
 from fleetd.alert.config import AlertmanagerConfig
 from fleetd.alert.notification import AlertRecord, Notification, Receipt, iso8601
 from fleetd.alert.webhook import generator_url
@@ -45,16 +45,14 @@ def postable_alert(
     return item
 
 
-class AlertmanagerNotifier:
+class AlertmanagerNotifier(PostingNotifier[AlertmanagerConfig]):
     """POSTs the current state of a list of alerts to one Alertmanager."""
 
     kind: ClassVar[str] = "alertmanager"
     mode: ClassVar[DeliveryMode] = "sync"
-    threads = False
 
     def __init__(self, config: AlertmanagerConfig, session: requests.Session) -> None:
-        self._config = config
-        self._session = session
+        super().__init__(config, session)
         self._url = config.url.rstrip("/") + ALERTS_PATH
 
     @property
@@ -70,17 +68,12 @@ class AlertmanagerNotifier:
             postable_alert(a, notification.lease_until, notification.external_url)
             for a in notification.alerts
         ]
-        headers = {}
-        if self._config.bearer_token is not None:
-            headers["Authorization"] = f"Bearer {self._config.bearer_token.reveal()}"
-        response = post_json(
+        post_json_2xx(
             self._session,
             self._url,
             body,
             timeout=self._config.timeout,
             what="alertmanager",
-            headers=headers,
+            token=self._config.bearer_token,
         )
-        if not 200 <= response.status_code < 300:
-            raise error_for_status(response, "alertmanager", [self._config.bearer_token])
         return None

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from email.utils import parsedate_to_datetime
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 from urllib.parse import parse_qsl, quote, urlsplit
 
 import requests
@@ -37,6 +37,7 @@ changes: only the change events it takes, never alerts (the RMA ticket receiver)
 RETRYABLE_4XX = frozenset({408, 429})
 _BODY_SNIPPET = 200
 USER_AGENT = "fleetd-alert"
+C = TypeVar("C")
 
 
 class Notifier(Protocol):
@@ -49,6 +50,17 @@ class Notifier(Protocol):
     def send(self, notification: Notification) -> Receipt | None:
         """Deliver ``notification`` once; raise NotifyError(retryable=…) if it did not arrive."""
         ...
+
+
+class PostingNotifier(Generic[C]):
+    """A notifier that POSTs each notification on its own (no chat threads): it keeps its
+    receiver's configuration and the HTTP session the integrations share."""
+
+    threads = False
+
+    def __init__(self, config: C, session: requests.Session) -> None:
+        self._config = config
+        self._session = session
 
 
 class HttpNotifyError(NotifyError):
@@ -165,6 +177,27 @@ def post_json(
         raise HttpNotifyError(
             f"{what}: request failed ({type(exc).__name__})", retryable=True
         ) from None
+
+
+def post_json_2xx(
+    session: requests.Session,
+    url: Secret | str,
+    payload: Any,
+    *,
+    timeout: float,
+    what: str,
+    token: Secret | None = None,
+    secrets: Iterable[Secret | None] = (),
+) -> None:
+    """POST ``payload`` as JSON to a receiver for which any 2xx answer is success, with
+    ``token`` as a bearer token when set. Any other answer raises ``error_for_status``'s
+    error, with the URL (when it is a secret), the token and ``secrets`` redacted."""
+    headers = {} if token is None else {"Authorization": f"Bearer {token.reveal()}"}
+    plain = url.reveal() if isinstance(url, Secret) else url
+    response = post_json(session, plain, payload, timeout=timeout, what=what, headers=headers)
+    if not 200 <= response.status_code < 300:
+        hidden = [url if isinstance(url, Secret) else None, token, *secrets]
+        raise error_for_status(response, what, hidden)
 
 
 def truncate(text: str, limit: int, marker: str = "…") -> str:

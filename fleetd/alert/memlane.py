@@ -26,15 +26,16 @@ from typing import Any, TypeVar, cast
 from sqlalchemy import Connection
 
 from fleetd.alert.outbox_store import (
-    DELIVERED,
-    FAILED,
     INFORMATIONAL,
     PENDING,
     RATE_LIMITED,
     SYNC_GROUP,
     NewEntry,
     OutboxEntry,
+    delivered_changes,
+    failed_changes,
     pending_entry,
+    retry_changes,
     unseen,
 )
 
@@ -154,32 +155,21 @@ class MemoryOutbox:
 
     @_locked
     def mark_delivered(self, _conn: Connection | None, entry_id: int, now: float) -> None:
-        entry = self._entries.get(entry_id)
-        if entry is not None:
-            self._entries[entry_id] = replace(
-                entry, status=DELIVERED, finished_at=now, sending_since=None
-            )
+        self._change(entry_id, delivered_changes(now))
 
     @_locked
     def mark_retry(self, entry_id: int, due_at: float, error: str, code: int | None) -> None:
-        entry = self._entries.get(entry_id)
-        if entry is not None:
-            self._entries[entry_id] = replace(
-                entry, due_at=due_at, last_error=error, last_status_code=code, sending_since=None
-            )
+        self._change(entry_id, retry_changes(due_at, error, code))
 
     @_locked
     def mark_failed(self, entry_id: int, now: float, error: str, code: int | None) -> None:
+        self._change(entry_id, failed_changes(now, error, code))
+
+    def _change(self, entry_id: int, changes: dict[str, Any]) -> None:
+        """Apply an outcome's changes to one entry (one already dropped is left alone)."""
         entry = self._entries.get(entry_id)
         if entry is not None:
-            self._entries[entry_id] = replace(
-                entry,
-                status=FAILED,
-                finished_at=now,
-                last_error=error,
-                last_status_code=code,
-                sending_since=None,
-            )
+            self._entries[entry_id] = replace(entry, **changes)
 
     # ---------------------------------------------------------------------------- reporting
     @_locked

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal, cast
@@ -205,22 +205,10 @@ class Notification:
 
     def common_labels(self) -> dict[str, str]:
         """Labels every alert shares with the same value."""
-        if not self.alerts:
-            return {}
-        common = dict(self.alerts[0].labels)
-        for alert in self.alerts[1:]:
-            here = dict(alert.labels)
-            common = {k: v for k, v in common.items() if here.get(k) == v}
-        return common
+        return _shared([a.labels for a in self.alerts])
 
     def common_annotations(self) -> dict[str, str]:
-        if not self.alerts:
-            return {}
-        common = dict(self.alerts[0].annotations)
-        for alert in self.alerts[1:]:
-            here = dict(alert.annotations)
-            common = {k: v for k, v in common.items() if here.get(k) == v}
-        return common
+        return _shared([a.annotations for a in self.alerts])
 
     def with_thread(self, thread: MessageRef | None) -> Notification:
         return replace(self, thread=thread)
@@ -290,6 +278,17 @@ class Notification:
                 for gpu, fields in data.get("gpu_details", {}).items()
             },
         )
+
+
+def _shared(label_sets: Sequence[Labels]) -> dict[str, str]:
+    """The names every set has, with the same value in each (none for no sets)."""
+    if not label_sets:
+        return {}
+    common = dict(label_sets[0])
+    for labels in label_sets[1:]:
+        here = dict(labels)
+        common = {k: v for k, v in common.items() if here.get(k) == v}
+    return common
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     BigInteger,
@@ -398,30 +398,15 @@ class OutboxStore:
 
     def mark_delivered(self, conn: Connection | None, entry_id: int, now: float) -> None:
         assert conn is not None
-        _set(conn, entry_id, status=DELIVERED, finished_at=now, sending_since=None)
+        _set(conn, entry_id, **delivered_changes(now))
 
     def mark_retry(self, entry_id: int, due_at: float, error: str, code: int | None) -> None:
         with self.db.begin() as conn:
-            _set(
-                conn,
-                entry_id,
-                due_at=due_at,
-                last_error=error,
-                last_status_code=code,
-                sending_since=None,
-            )
+            _set(conn, entry_id, **retry_changes(due_at, error, code))
 
     def mark_failed(self, entry_id: int, now: float, error: str, code: int | None) -> None:
         with self.db.begin() as conn:
-            _set(
-                conn,
-                entry_id,
-                status=FAILED,
-                finished_at=now,
-                last_error=error,
-                last_status_code=code,
-                sending_since=None,
-            )
+            _set(conn, entry_id, **failed_changes(now, error, code))
 
     def fail_unknown(self, known: set[str], now: float) -> dict[str, int]:
         """Mark pending entries of integrations not in ``known`` failed; count them by id."""
@@ -549,18 +534,12 @@ def _alert_row(record: AlertRecord, now: float) -> dict[str, object]:
 
 def pending_entry(entry: NewEntry, now: float, entry_id: int = 0) -> OutboxEntry:
     """``entry`` queued at ``now``, before its first attempt (``entry_id``: the memory lane's;
-    in the database the row's id is the database's)."""
+    in the database the row's id is the database's): every field of ``entry``, then the
+    queue's own."""
     return OutboxEntry(
         id=entry_id,
-        integration=entry.integration,
-        receiver=entry.receiver,
-        kind=entry.kind,
-        action=entry.action,
-        group_key=entry.group_key,
-        dedup_id=entry.dedup_id,
-        payload=entry.payload,
+        **asdict(entry),
         status=PENDING,
-        priority=entry.priority,
         created_at=now,
         due_at=now,
         attempts=0,
@@ -615,6 +594,26 @@ def unseen(entries: Iterable[_Entry], seen: set[tuple[str, str]]) -> Iterator[_E
                 continue
             seen.add((e.integration, e.dedup_id))
         yield e
+
+
+# What an attempt's outcome changes in its entry: the same in the database and in the memory
+# lane (fleetd.alert.memlane).
+def delivered_changes(now: float) -> dict[str, Any]:
+    return {"status": DELIVERED, "finished_at": now, "sending_since": None}
+
+
+def retry_changes(due_at: float, error: str, code: int | None) -> dict[str, Any]:
+    return {"due_at": due_at, "last_error": error, "last_status_code": code, "sending_since": None}
+
+
+def failed_changes(now: float, error: str, code: int | None) -> dict[str, Any]:
+    return {
+        "status": FAILED,
+        "finished_at": now,
+        "last_error": error,
+        "last_status_code": code,
+        "sending_since": None,
+    }
 
 
 def _set(conn: Connection, entry_id: int, **values: object) -> None:

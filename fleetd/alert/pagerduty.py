@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 import requests
 
-from fleetd.alert.base import DeliveryMode, error_for_status, post_json, truncate
+from fleetd.alert.base import DeliveryMode, PostingNotifier, post_json_2xx, truncate
 from fleetd.alert.config import PagerDutyConfig
 from fleetd.alert.links import alert_url
 from fleetd.alert.notification import AlertRecord, ChangeEvent, Notification, Receipt, iso8601
@@ -59,12 +59,11 @@ def summary(node: str, alert: AlertRecord) -> str:
     return cut(headline(node, alert), MAX_SUMMARY)
 
 
-class PagerDutyNotifier:
+class PagerDutyNotifier(PostingNotifier[PagerDutyConfig]):
     """Sends one Events API v2 event per call."""
 
     kind: ClassVar[str] = "pagerduty"
     mode: ClassVar[DeliveryMode] = "alert"
-    threads = False
 
     def __init__(
         self,
@@ -74,8 +73,7 @@ class PagerDutyNotifier:
         source: str,
         external_url: str | None = None,
     ) -> None:
-        self._config = config
-        self._session = session
+        super().__init__(config, session)
         self._source = config.source or source
         self._client_url = config.client_url or external_url
 
@@ -87,11 +85,14 @@ class PagerDutyNotifier:
         else:
             body = self.alert_event(notification)
             url = self._config.url
-        response = post_json(
-            self._session, url, body, timeout=self._config.timeout, what="pagerduty"
+        post_json_2xx(
+            self._session,
+            url,
+            body,
+            timeout=self._config.timeout,
+            what="pagerduty",
+            secrets=[self._config.routing_key],
         )
-        if not 200 <= response.status_code < 300:
-            raise error_for_status(response, "pagerduty", [self._config.routing_key])
         return None
 
     # -------------------------------------------------------------------------------- payloads

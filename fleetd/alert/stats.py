@@ -9,7 +9,7 @@ asked, so they are true even for entries a previous process left behind. Every n
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from fleetd.model import Reading, make_labels
 
@@ -39,18 +39,10 @@ class IntegrationStats:
     logged_error: str | None = None  # the error text last logged, so each is logged once
 
     def as_dict(self) -> dict[str, object]:
-        return {
-            "receiver": self.receiver,
-            "integration": self.integration,
-            "sent": self.sent,
-            "failed": self.failed,
-            "retried": self.retried,
-            "config_errors": self.config_errors,
-            "rejecting": self.rejecting,
-            "last_error": self.last_error,
-            "last_error_at": self.last_error_at,
-            "last_success_at": self.last_success_at,
-        }
+        """Every field but ``logged_error`` (the log's own bookkeeping), for the API."""
+        data: dict[str, object] = asdict(self)
+        del data["logged_error"]
+        return data
 
 
 def readings(

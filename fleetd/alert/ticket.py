@@ -14,9 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-import requests
-
-from fleetd.alert.base import DeliveryMode, error_for_status, post_json
+from fleetd.alert.base import DeliveryMode, PostingNotifier, post_json_2xx
 from fleetd.alert.config import TicketReceiverConfig
 from fleetd.alert.notification import Notification, Receipt, iso8601
 from fleetd.errors import NotifyError
@@ -36,16 +34,11 @@ def is_ticket(notification: Notification) -> bool:
     )
 
 
-class TicketNotifier:
+class TicketNotifier(PostingNotifier[TicketReceiverConfig]):
     """POSTs one RMA ticket per call; any 2xx is success."""
 
     kind: ClassVar[str] = "ticket"
     mode: ClassVar[DeliveryMode] = "changes"
-    threads = False
-
-    def __init__(self, config: TicketReceiverConfig, session: requests.Session) -> None:
-        self._config = config
-        self._session = session
 
     def body(self, notification: Notification) -> dict[str, object]:
         change = notification.change
@@ -61,15 +54,10 @@ class TicketNotifier:
 
     def send(self, notification: Notification) -> Receipt | None:
         body = self.body(notification)
-        headers = {}
-        if self._config.token is not None:
-            headers["Authorization"] = f"Bearer {self._config.token.reveal()}"
-        url = self._config.url.reveal()
-        response = post_json(
-            self._session, url, body, timeout=self._config.timeout, what="ticket", headers=headers
+        cfg = self._config
+        post_json_2xx(
+            self._session, cfg.url, body, timeout=cfg.timeout, what="ticket", token=cfg.token
         )
-        if not 200 <= response.status_code < 300:
-            raise error_for_status(response, "ticket", [self._config.url, self._config.token])
         return None
 
 

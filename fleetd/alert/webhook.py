@@ -14,9 +14,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import requests
-
-from fleetd.alert.base import DeliveryMode, error_for_status, post_json
+from fleetd.alert.base import DeliveryMode, PostingNotifier, post_json_2xx
 from fleetd.alert.config import WebhookConfig
 from fleetd.alert.links import alert_url
 from fleetd.alert.notification import AlertRecord, Notification, Receipt, iso8601
@@ -81,29 +79,18 @@ def change_payload(notification: Notification) -> dict[str, Any]:
     }
 
 
-class WebhookNotifier:
+class WebhookNotifier(PostingNotifier[WebhookConfig]):
     """POSTs one Alertmanager-format message per call; any 2xx is success."""
 
     kind: ClassVar[str] = "webhook"
     mode: ClassVar[DeliveryMode] = "group"
-    threads = False
-
-    def __init__(self, config: WebhookConfig, session: requests.Session) -> None:
-        self._config = config
-        self._session = session
 
     def send(self, notification: Notification) -> Receipt | None:
         if notification.action == "change":
             body = change_payload(notification)
         else:
             body = webhook_payload(notification, self._config.max_alerts)
-        response = post_json(
-            self._session,
-            self._config.url.reveal(),
-            body,
-            timeout=self._config.timeout,
-            what="webhook",
+        post_json_2xx(
+            self._session, self._config.url, body, timeout=self._config.timeout, what="webhook"
         )
-        if not 200 <= response.status_code < 300:
-            raise error_for_status(response, "webhook", [self._config.url])
         return None

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from fleetd.cli.problems import echo_problems
 from fleetd.config import load_config
 from fleetd.errors import ConfigError
 
@@ -28,8 +29,7 @@ def check(path: Path) -> None:
         config = load_config(path)
         rules = load_rules(config.rules)
     except ConfigError as exc:
-        for problem in exc.problems:
-            click.echo(str(problem), err=True)
+        echo_problems(exc)
         sys.exit(1)
     click.echo(f"{path}: OK ({len(rules)} rules)")
 

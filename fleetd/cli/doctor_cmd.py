@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from fleetd.cli.problems import echo_problems
 from fleetd.cli.run_cmd import resolve_config
 from fleetd.config import FleetdConfig
 from fleetd.doctor import Check
@@ -44,8 +45,7 @@ def doctor(config_path: Path | None, simulate: str | None, as_json: bool, root: 
         config, _ = resolve_config(config_path, simulate)
         checks = _checks(config, root)
     except ConfigError as exc:
-        for problem in exc.problems:
-            click.echo(str(problem), err=True)
+        echo_problems(exc)
         sys.exit(2)
     except BackendError as exc:
         click.echo(f"fleetd doctor: {exc}", err=True)

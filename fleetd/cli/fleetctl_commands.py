@@ -38,7 +38,15 @@ from fleetd.cli.fleetctl_fleet import (
     show_waves,
 )
 from fleetd.cli.fleetctl_http import Reply, Target, fan_out, request
-from fleetd.cli.fleetctl_render import Cell, Column, age, clock, number, render_table
+from fleetd.cli.fleetctl_render import (
+    HEALTH_STYLES,
+    Cell,
+    Column,
+    age,
+    clock,
+    number,
+    render_table,
+)
 
 API = "/api/v1"
 
@@ -859,15 +867,7 @@ def explain_command(node: str, gpu: int, as_json: bool, **kw: Any) -> None:
         _echo_json(data)
         return
     paint = fleet.painter.paint
-    state = data["health"]["state"]
-    styles = {
-        "healthy": "green",
-        "degraded": "yellow",
-        "unhealthy": "bold red",
-        "unknown": "magenta",
-        "out_of_service": "bold blue",
-    }
-    fleet.echo(paint(data["summary"], styles.get(state)))
+    fleet.echo(paint(data["summary"], HEALTH_STYLES.get(data["health"]["state"])))
     fleet.echo(f"data age: {age(data['health']['data_age_s'])}")
     if data["alerts"]:
         fleet.echo(paint("\nwhich rule", "bold"))

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from fleetd.cli.problems import echo_problems
 from fleetd.errors import ConfigError
 from fleetd.rules.config import shipped_rules_dir
 from fleetd.rules.export import export_prometheus
@@ -39,8 +40,7 @@ def check(paths: tuple[Path, ...], shipped: bool) -> None:
     try:
         loaded = load_rule_set(base, list(paths))
     except ConfigError as exc:
-        for problem in exc.problems:
-            click.echo(str(problem), err=True)
+        echo_problems(exc)
         click.echo(f"{len(exc.problems)} problem(s) found", err=True)
         sys.exit(1)
     mine = [r for r in loaded.rules if any(_within(r.source, p) for p in paths)]
@@ -67,8 +67,7 @@ def test(paths: tuple[Path, ...]) -> None:
         try:
             results = run_test_file(file)
         except ConfigError as exc:
-            for problem in exc.problems:
-                click.echo(str(problem), err=True)
+            echo_problems(exc)
             failed += 1
             continue
         for result in results:
@@ -97,8 +96,7 @@ def export(paths: tuple[Path, ...], fmt: str, output: Path | None, group: str) -
     try:
         loaded = load_rule_set(list(paths) or [shipped_rules_dir()])
     except ConfigError as exc:
-        for problem in exc.problems:
-            click.echo(str(problem), err=True)
+        echo_problems(exc)
         sys.exit(1)
     result = export_prometheus(loaded, group=group)
     for name, reason in result.skipped:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from fleetd.cli.problems import echo_problems
 from fleetd.clock import SteadyClock
 from fleetd.config import DEFAULT_CONFIG_PATH, FleetdConfig, load_config
 from fleetd.errors import BackendError, ConfigError
@@ -56,8 +57,7 @@ def run(config_path: Path | None, simulate: str | None, log_format: str | None) 
     try:
         config, used = resolve_config(config_path, simulate)
     except ConfigError as exc:
-        for problem in exc.problems:
-            click.echo(str(problem), err=True)
+        echo_problems(exc)
         sys.exit(1)
     fmt = log_format or config.logging.format
     configure_logging(fmt, config.logging.level)  # type: ignore[arg-type]
@@ -74,8 +74,7 @@ def run(config_path: Path | None, simulate: str | None, log_format: str | None) 
         click.echo(f"fleetd: {exc}", err=True)
         sys.exit(2)
     except ConfigError as exc:  # the rule files, loaded with the daemon
-        for problem in exc.problems:
-            click.echo(str(problem), err=True)
+        echo_problems(exc)
         sys.exit(1)
     daemon.install_signal_handlers()
     # a fatal signal (SIGBUS from a mapped file that changed under SQLite, SIGSEGV in a driver)

@@ -109,6 +109,16 @@ def _group(
     return grouped
 
 
+def _in_catalog_order(
+    readings: Iterable[Reading], catalog: Mapping[str, MetricSpec]
+) -> tuple[list[tuple[str, MetricSpec, list[Reading]]], list[str]]:
+    """The non-missing readings grouped by family, in catalog order (families with none are
+    left out), and the families the catalog does not have: both renderers export this."""
+    grouped = _group(readings, catalog)
+    ordered = [(name, spec, grouped.pop(name)) for name, spec in catalog.items() if name in grouped]
+    return ordered, list(grouped)
+
+
 def render_readings(
     readings: Iterable[Reading], catalog: Mapping[str, MetricSpec] = CATALOG
 ) -> list[Metric]:
@@ -117,12 +127,9 @@ def render_readings(
     A reading of a metric outside the catalog, or with labels its family does not have,
     is dropped and logged, never exported.
     """
-    grouped = _group(readings, catalog)
+    groups, unknown = _in_catalog_order(readings, catalog)
     families: list[Metric] = []
-    for name, spec in catalog.items():
-        group = grouped.pop(name, None)
-        if not group:
-            continue
+    for name, spec, group in groups:
         if spec.type == "histogram":
             histogram = Metric(name, spec.help, "histogram")
             for reading in _histogram_order(group):
@@ -140,7 +147,7 @@ def render_readings(
                 continue
             family.add_metric([v for _, v in labels], reading.value)  # type: ignore[arg-type]
         families.append(family)
-    for name in grouped:
+    for name in unknown:
         log.warning("metric_not_in_catalog", metric=name)
     return families
 
@@ -193,12 +200,9 @@ def render_readings_text(
         lines = {}
     elif len(lines) > _LINE_CACHE_LIMIT:
         lines.clear()
-    grouped = _group(readings, catalog)
+    groups, _unknown = _in_catalog_order(readings, catalog)  # dropped: render_readings logs them
     out: list[str] = []
-    for name, spec in catalog.items():
-        group = grouped.pop(name, None)
-        if not group:
-            continue
+    for _name, spec, group in groups:
         histogram = spec.type == "histogram"
         if histogram:
             group = _histogram_order(group)

@@ -36,7 +36,7 @@ import ctypes
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fleetd.events.model import Tally
@@ -81,14 +81,8 @@ class DriverEvent:
     fields: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "source": "amdsmi_event",
-            "kind": self.kind,
-            "gpu": self.gpu,
-            "at": self.at,
-            "message": self.message,
-            "fields": dict(self.fields),
-        }
+        """JSON-ready form for the event log: every field, after its source."""
+        return {"source": "amdsmi_event", **asdict(self)}
 
 
 def _hex(text: str) -> int | None:

@@ -177,23 +177,12 @@ class RegistryReader:
         for values in rows:
             r = dict(zip(names, values, strict=True))
             age = max(0.0, now - r["heartbeat_at"])
-            summary = NodeSummary(
-                node=r["node"],
-                health=r["health"],
-                gpus_total=r["gpus_total"],
-                gpus_healthy=r["gpus_healthy"],
-                hottest_junction_c=r["hottest_junction_c"],
-                power_w=r["power_w"],
-                alerts_critical=r["alerts_critical"],
-                alerts_warning=r["alerts_warning"],
-                alerts_info=r["alerts_info"],
-                remediation=r["remediation"],
-                remediation_active=bool(r["remediation_active"]),
-                data_age_s=r["data_age_s"],
-                reasons=tuple(json.loads(r["reasons"])) if r["reasons"] != "[]" else (),
-                version=r["version"],
-                gpus_in_service=r.get("gpus_in_service"),
-                labels=tuple(sorted(json.loads(r.get("labels") or "{}").items())),
+            summary = NodeSummary.from_dict(  # the row has the reasons and labels as JSON
+                {
+                    **r,
+                    "reasons": json.loads(r["reasons"]),
+                    "labels": json.loads(r.get("labels") or "{}"),
+                }
             )
             out.append(
                 RegistryNode(

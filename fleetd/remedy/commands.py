@@ -37,6 +37,12 @@ def render(argv: Sequence[str], values: Mapping[str, str]) -> list[str]:
     return [_render_one(arg, values) for arg in argv]
 
 
+def unit_command(argv: Sequence[str], *, node: str, gpus: Sequence[int]) -> list[str]:
+    """A command run on a run's unit (validator, burn-in, reboot) with ``{node}`` and
+    ``{gpus}`` (the indices, comma-separated) replaced."""
+    return render(argv, {"node": node, "gpus": ",".join(str(g) for g in gpus)})
+
+
 def _render_one(arg: str, values: Mapping[str, str]) -> str:
     def value(match: re.Match[str]) -> str:
         name = match.group(1)

@@ -33,7 +33,7 @@ from fleetd.clock import Clock
 from fleetd.logs import get_logger
 from fleetd.remedy import machine as m
 from fleetd.remedy import validators, verify
-from fleetd.remedy.commands import render, run_command
+from fleetd.remedy.commands import run_command, unit_command
 from fleetd.remedy.config import RemediationConfig
 from fleetd.remedy.events import ChangeSink, EventSink, RemediationEvent, alert_key
 from fleetd.remedy.evidence import EvidenceCapture
@@ -600,9 +600,13 @@ class Executor:
         reboot = self._cfg.reboot
         if reboot is None:
             return m.RebootResult("no reboot command configured")
-        values = {"node": self.node, "gpus": ",".join(map(str, run.gpu_indices))}
         return m.RebootResult(
-            _error_of(lambda: run_command(render(reboot.command, values), timeout=reboot.timeout))
+            _error_of(
+                lambda: run_command(
+                    unit_command(reboot.command, node=self.node, gpus=run.gpu_indices),
+                    timeout=reboot.timeout,
+                )
+            )
         )
 
     def _rediscover(self, run: m.Run, cmd: m.Rediscover, now: float) -> m.RediscoverResult:
@@ -671,7 +675,7 @@ class Executor:
                 kind="missing",
             )
         try:
-            argv = validators.command_for(spec.command, node=self.node, gpus=run.verify_gpus)
+            argv = unit_command(spec.command, node=self.node, gpus=run.verify_gpus)
         except Exception as exc:
             return m.ValidatorResult(cmd.name, cmd.attempt, False, _describe(exc), kind=spec.kind)
         ran = validators.execute(argv, timeout=spec.timeout)
@@ -708,9 +712,9 @@ class Executor:
         burn = self._cfg.verify.burn_in
         if burn is None:
             return m.BurnInResult(None, "no burn-in configured")
-        values = {"node": self.node, "gpus": ",".join(map(str, run.gpu_indices))}
         try:
-            result = run_command(render(burn.command, values), timeout=burn.timeout)
+            argv = unit_command(burn.command, node=self.node, gpus=run.gpu_indices)
+            result = run_command(argv, timeout=burn.timeout)
         except Exception as exc:
             return m.BurnInResult(_describe(exc))
         return m.BurnInResult(None, result.stdout.strip()[-200:])

@@ -300,8 +300,7 @@ class Remediation:
             and reboot_available(self.config, history, now)
             and set(gpus) == {g.index for g in self._identities().values()}
         )
-        settings = settings_for(self.config, dry_run=dry_run, escalate_to_reboot=escalate)
-        settings = replace(settings, validators=self._ladder(plan, trigger))
+        settings = self._automatic_settings(plan, trigger, dry_run=dry_run, escalate=escalate)
         return self._open(
             run_id,
             plan,
@@ -315,11 +314,15 @@ class Remediation:
             settle=settle,
         )
 
-    def _ladder(self, plan: m.Plan, trigger: m.Trigger) -> tuple[str, ...]:
-        """The validators a run of ``plan`` for ``trigger`` must pass (by fault class, else by
-        plan), frozen into the run's settings."""
+    def _automatic_settings(
+        self, plan: m.Plan, trigger: m.Trigger, *, dry_run: bool, escalate: bool = False
+    ) -> m.RunSettings:
+        """The settings of a run fleetd opens itself, with the validators a run of ``plan``
+        for ``trigger`` must pass (by fault class, else by plan) frozen into them."""
+        settings = settings_for(self.config, dry_run=dry_run, escalate_to_reboot=escalate)
         afids = self._events.afids if self._events is not None else None
-        return ladder_for(self.config.validation, plan.value, trigger, afids)
+        ladder = ladder_for(self.config.validation, plan.value, trigger, afids)
+        return replace(settings, validators=ladder)
 
     def afid_table(self) -> AfidTable | None:
         """The AFID table in force (the RMA record reads categories and messages from it):
@@ -503,8 +506,7 @@ class Remediation:
         """Open a proactive validation of ``gpus`` (a hive) in the configured mode."""
         trigger = m.Trigger(kind="schedule", at=now, why=why)
         dry_run = self.config.mode == "dry-run"
-        settings = settings_for(self.config, dry_run=dry_run, escalate_to_reboot=False)
-        settings = replace(settings, validators=self._ladder(m.Plan.PROACTIVE, trigger))
+        settings = self._automatic_settings(m.Plan.PROACTIVE, trigger, dry_run=dry_run)
         return self._open(
             self._new_id(),
             m.Plan.PROACTIVE,

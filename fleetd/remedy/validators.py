@@ -39,8 +39,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from fleetd.remedy.commands import render
-
 INFERENCE = "inference"
 """The built-in validator: the per-model inference probe against its baseline, run once the
 workers serve again and before they go back into rotation (``fleetd.vllm.benchmark``)."""
@@ -292,11 +290,6 @@ def judge(
     if parsed.ok is None:
         return verdict(False, f"output not understood: {parsed.summary}")
     return verdict(parsed.ok, parsed.summary)
-
-
-def command_for(argv: Sequence[str], *, node: str, gpus: Sequence[int]) -> list[str]:
-    """The validator's argument vector with ``{node}`` and ``{gpus}`` replaced."""
-    return render(argv, {"node": node, "gpus": ",".join(str(g) for g in gpus)})
 
 
 def tail(text: str, limit: int) -> str:

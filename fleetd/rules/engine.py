@@ -26,6 +26,7 @@ from fleetd.model import (
     Severity,
     Transition,
     identity_labels,
+    label_value,
     make_labels,
 )
 from fleetd.polltiming import PollTiming
@@ -366,7 +367,7 @@ class RuleEngine:
         alerts = runtime.alerts
         for labels, value in values.items():
             if rule.threshold_by is not None:
-                model = _label(labels, rule.threshold_by)
+                model = label_value(labels, rule.threshold_by)
             else:
                 model = models.get(_gpu_of(labels) or "") if models else None
             entry = alerts.get(identity_labels(labels))
@@ -635,14 +636,7 @@ def _gpu_models(query: Query, now: float) -> dict[str, str]:
 
 
 def _gpu_of(labels: Labels) -> str | None:
-    return _label(labels, "gpu")
-
-
-def _label(labels: Labels, name: str) -> str | None:
-    for key, value in labels:
-        if key == name:
-            return value
-    return None
+    return label_value(labels, "gpu")
 
 
 def _describe(exc: BaseException) -> str:

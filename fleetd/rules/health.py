@@ -53,6 +53,7 @@ from fleetd.model import (
     ServiceReason,
     Severity,
     Snapshot,
+    label_value,
     make_labels,
 )
 from fleetd.rules.state import AlertEntry
@@ -241,7 +242,7 @@ def assess(
     for entry in alerts:
         if entry.state != AlertState.FIRING or entry.alert.severity == Severity.INFO:
             continue
-        gpu = _label(entry.alert.key.labels, "gpu")
+        gpu = label_value(entry.alert.key.labels, "gpu")
         if gpu is None:
             node_level.append(entry)
         else:
@@ -537,13 +538,6 @@ def _node_verdict(gpus: tuple[GpuHealth, ...], alerts: Health) -> Health:
     rules = max((g.rules_verdict.state for g in gpus), key=_RANK.__getitem__)
     rules = max(rules, alerts.state, key=_RANK.__getitem__)
     return Health(state, age, tuple(reasons), rules_state=rules if rules != state else None)
-
-
-def _label(labels: Labels, name: str) -> str | None:
-    for key, value in labels:
-        if key == name:
-            return value
-    return None
 
 
 def _index_order(gpu: str) -> tuple[int, str]:

@@ -178,8 +178,7 @@ def _not_matched(
         return StepResult(None, None)
     old = previous.alert
     if state == AlertState.PENDING:
-        gone = replace(old, state=AlertState.INACTIVE, last_eval_at=now)
-        return StepResult(None, Transition(gone, AlertState.PENDING, AlertState.INACTIVE, now))
+        return _forget_pending(old, now)
     if state == AlertState.FIRING:
         if timing.keep_firing_for_s > 0:
             since = old.keep_firing_since if old.keep_firing_since is not None else now
@@ -199,8 +198,7 @@ def _no_data(timing: Timing, previous: AlertEntry | None, now: float) -> StepRes
     if now - since >= timing.no_data_hold_s:
         old = previous.alert
         if previous.state == AlertState.PENDING:
-            gone = replace(old, state=AlertState.INACTIVE, last_eval_at=now)
-            return StepResult(None, Transition(gone, AlertState.PENDING, AlertState.INACTIVE, now))
+            return _forget_pending(old, now)
         reason = f"no data for {format_duration(now - since)}; resolved without evidence"
         return _resolve(old, now, reason=reason)
     held = replace(previous.alert, last_eval_at=now)
@@ -214,6 +212,12 @@ def _data_returned(previous: AlertEntry, now: float) -> AlertEntry:
     if alert.state == AlertState.PENDING and alert.active_at is not None:
         alert = replace(alert, active_at=alert.active_at + (now - previous.no_data_since))
     return AlertEntry(alert)
+
+
+def _forget_pending(old: Alert, now: float) -> StepResult:
+    """A pending alert that never fired is dropped, with its transition to inactive."""
+    gone = replace(old, state=AlertState.INACTIVE, last_eval_at=now)
+    return StepResult(None, Transition(gone, AlertState.PENDING, AlertState.INACTIVE, now))
 
 
 def _resolve(old: Alert, now: float, reason: str | None) -> StepResult:

@@ -31,10 +31,8 @@ class TemplateError(TextError):
 
 def go_float(value: float) -> str:
     """A float as Go's ``fmt`` prints it with ``%v`` (what Prometheus' ``$value`` shows)."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
+    if not math.isfinite(value):
+        return _go_non_finite(value)
     if value == 0:
         return "0"
     sign, digits, exponent = Decimal(repr(value)).normalize().as_tuple()
@@ -48,6 +46,13 @@ def go_float(value: float) -> str:
     return prefix + format(abs(value), "f").rstrip("0").rstrip(".")
 
 
+def _go_non_finite(value: float) -> str:
+    """NaN or an infinity as Go prints it."""
+    if math.isnan(value):
+        return "NaN"
+    return "+Inf" if value > 0 else "-Inf"
+
+
 def humanize(value: float) -> str:
     if value == 0 or math.isnan(value) or math.isinf(value):
         return _g4(value)
@@ -59,11 +64,7 @@ def humanize(value: float) -> str:
             prefix = p
             value /= 1000
         return _g4(value) + prefix
-    for p in ("m", "u", "n", "p", "f", "a", "z", "y"):
-        if abs(value) >= 1:
-            break
-        prefix = p
-        value *= 1000
+    value, prefix = _below_one(value)
     return _g4(value) + prefix
 
 
@@ -89,20 +90,25 @@ def humanize_duration(value: float) -> str:
         if minutes:
             return f"{sign}{minutes}m {seconds}s"
         return f"{sign}{_g4(value)}s"
+    value, prefix = _below_one(value)
+    return f"{_g4(value)}{prefix}s"
+
+
+def _below_one(value: float) -> tuple[float, str]:
+    """A value under 1 in size, scaled by thousands up to at least 1 (yocto at most), and the
+    SI prefix that says so: 0.0025 → (2.5, "m")."""
     prefix = ""
     for p in ("m", "u", "n", "p", "f", "a", "z", "y"):
         if abs(value) >= 1:
             break
         prefix = p
         value *= 1000
-    return f"{_g4(value)}{prefix}s"
+    return value, prefix
 
 
 def _g4(value: float) -> str:
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
+    if not math.isfinite(value):
+        return _go_non_finite(value)
     text = f"{value:.4g}"
     if "e" in text:  # Go writes at least two exponent digits, as Python does
         mantissa, exp = text.split("e")

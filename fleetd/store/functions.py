@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import operator
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress, islice
+from typing import TypeVar
 
 from fleetd.model import Sample
 from fleetd.query import RangeAgg
@@ -344,6 +345,15 @@ class Buckets:
         return out
 
 
+def add_buckets(out: dict[int, Buckets], sid: int, buckets: Buckets) -> None:
+    """Append ``buckets`` to series ``sid``'s in ``out`` (the first ones become its own)."""
+    have = out.get(sid)
+    if have is None:
+        out[sid] = buckets
+    else:
+        have.extend(buckets)
+
+
 def summarize(ts: Sequence[float], values: Sequence[float]) -> Summary | None:
     """The summary of parallel, time-sorted samples; None when there are none."""
     n = len(values)
@@ -371,6 +381,29 @@ def combine(parts: Sequence[Summary | None]) -> Summary | None:
         if part is None:
             continue
         out = part if out is None else out.then(part)
+    return out
+
+
+K = TypeVar("K")  # a series key, or a series id
+
+
+def combine_by_key(
+    older: Mapping[K, Summary], newer: Mapping[K, Summary]
+) -> dict[K, Summary | None]:
+    """Each key's summaries of two adjacent spans folded into one (keys of either)."""
+    return {
+        key: combine([older.get(key), newer.get(key)]) for key in dict.fromkeys([*older, *newer])
+    }
+
+
+def summary_values(fn: str, summaries: Mapping[K, Summary | None]) -> dict[K, float]:
+    """``fn`` of each key's summary; a key without one, or whose summary has no such value
+    (``rate`` of a single sample), is left out."""
+    out: dict[K, float] = {}
+    for key, summary in summaries.items():
+        value = None if summary is None else summary.value(fn)
+        if value is not None:
+            out[key] = value
     return out
 
 

@@ -135,13 +135,7 @@ class HybridQuery(QueryBase):
             self._failed(exc, "window")
             return self.memory.window(fn, metric, matchers, window=window, now=now)
         newer = self.memory.summaries(metric, matchers, start=split, end=now)
-        out: dict[SeriesKey, float] = {}
-        for key in dict.fromkeys([*older, *newer]):
-            summary = functions.combine([older.get(key), newer.get(key)])
-            value = None if summary is None else summary.value(fn)
-            if value is not None:
-                out[key] = value
-        return out
+        return functions.summary_values(fn, functions.combine_by_key(older, newer))
 
     def _range(
         self, metric: str, matchers: Sequence[Matcher], span: RangeSpan
@@ -192,8 +186,7 @@ class HybridQuery(QueryBase):
             self._failed(exc, "range")
             older = {}
         newer = self.memory.summaries(metric, matchers, start=split, end=t)
-        for key in dict.fromkeys([*older, *newer]):
-            summary = functions.combine([older.get(key), newer.get(key)])
+        for key, summary in functions.combine_by_key(older, newer).items():
             value = None if summary is None else summary.value(agg)
             samples = [s for s in out.get(key, []) if s.ts != t]
             if value is not None:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from sqlalchemy import Connection, and_, func, select
 
 from fleetd.store import codec, headrows
-from fleetd.store.functions import Buckets
+from fleetd.store.functions import Buckets, add_buckets
 from fleetd.store.headrows import Layouts
 from fleetd.store.rows import batches
 from fleetd.store.tables import chunk_table, head_table, rollup_table
@@ -197,13 +197,8 @@ def read_rollups(
         )
         for sid, blob in rows:
             buckets = decode_buckets(blob, fields).between(lo_end_ms, hi_end_ms)
-            if not len(buckets):
-                continue
-            have = out.get(sid)
-            if have is None:
-                out[sid] = buckets
-            else:
-                have.extend(buckets)
+            if len(buckets):
+                add_buckets(out, sid, buckets)
     return out
 
 

@@ -194,13 +194,7 @@ class SampleStore(QueryBase):
                     if value is not None:
                         out[chosen[sid]] = value
             return out
-        summaries = self.summaries(metric, matchers, start=start, end=now)
-        result: dict[SeriesKey, float] = {}
-        for key, summary in summaries.items():
-            value = summary.value(fn)
-            if value is not None:
-                result[key] = value
-        return result
+        return functions.summary_values(fn, self.summaries(metric, matchers, start=start, end=now))
 
     def summaries(
         self, metric: str, matchers: Sequence[Matcher] = (), *, start: float, end: float
@@ -335,26 +329,18 @@ class SampleStore(QueryBase):
         """Minute-or-coarser buckets per series as ``plan`` says, up to ``end``; rollups
         decode only ``fields``, raw samples are bucketed by minute."""
         out: dict[int, Buckets] = {}
-
-        def add(sid: int, buckets: Buckets) -> None:
-            have = out.get(sid)
-            if have is None:
-                out[sid] = buckets
-            else:
-                have.extend(buckets)
-
         with self.db.read() as conn:
             for tier, span in ((3600, plan.hour), (60, plan.minute)):
                 if span is not None:
                     for sid, buckets in reader.read_rollups(conn, tier, ids, *span, fields).items():
-                        add(sid, buckets)
+                        functions.add_buckets(out, sid, buckets)
             if plan.raw is not None:
                 lo_ms, hi_ms = plan.raw
                 for sid, (ts, values) in reader.read_raw(conn, ids, lo_ms, hi_ms).items():
                     a, b = functions.window_slice(ts, lo_ms / 1000.0, end)
                     pairs = functions.bucket_summaries(ts[a:b], values[a:b], MINUTE_MS)
                     if pairs:
-                        add(sid, Buckets.from_pairs(pairs))
+                        functions.add_buckets(out, sid, Buckets.from_pairs(pairs))
         return out
 
     def recent_columns(
