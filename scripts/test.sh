@@ -17,8 +17,9 @@ if command -v dpkg-deb >/dev/null; then
 fi
 python -m ruff check fleetd tests bench
 python -m mypy
-# Two worker processes, a test file each at a time (a file's fixtures, such as one end-to-end
-# run shared by its assertions, are built once); `-n 0` runs in one process. Files with a slow
-# test are handed out first (tests/conftest.py), not last as xdist's reordering by test count
-# would, so the long end-to-end runs overlap the short files.
-python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --no-loadscope-reorder "$@"
+# Three worker processes, a test file each at a time (a file's fixtures, such as one end-to-end
+# run shared by its assertions, are built once); `-n 0` runs in one process. Three on two
+# cores because the end-to-end files mostly wait on real timers (a run with two workers kept
+# the cores 57 % busy). Files with a slow test are handed out first (tests/conftest.py), not
+# last as xdist's reordering by test count would, so the long runs overlap the short files.
+python -m pytest -q -p no:cacheprovider -n 3 --dist loadfile --no-loadscope-reorder "$@"
