@@ -46,9 +46,8 @@ def exposition_samples(text: str) -> list[Sample]:
         return [s for family in text_string_to_metric_families(text) for s in family.samples]
 
 
-def _value(token: str | None) -> float:
-    if token is None:
-        return 0.0
+def _number(token: str) -> float:
+    """A value or a timestamp token (``_`` is already excluded, as the library excludes it)."""
     try:
         return float(token)
     except ValueError:
@@ -99,9 +98,8 @@ def _strict_samples(text: str) -> Iterator[Sample]:
         labels = dict(_LABEL.findall(labels_text)) if labels_text else {}
         if "__name__" in labels:
             raise _Unusual
-        number = _value(value)
-        timestamp = _value(stamp) / 1000 if stamp is not None else None
-        sample = Sample(name, labels, number, timestamp)
+        timestamp = _number(stamp) / 1000 if stamp is not None else None
+        sample = Sample(name, labels, _number(value), timestamp)
         if name in allowed:
             held.append(sample)
             continue
