@@ -116,8 +116,16 @@ def test_a_hung_call_holds_its_physical_gpu_s_partitions_and_no_other(clock: Fak
     """The partitions of a physical GPU share one job: a call hung on partition 0 leaves
     its siblings unpolled (timeout), every other GPU's partitions are complete (one more
     worker takes them), and no thread is started while it hangs."""
-    timeout = 1.0
-    rig = make_rig(clock, model="MI300X", compute_partition="CPX", gpu_timeout=timeout)
+    # no healthy GPU's job may stall for the hand-off time, even on a loaded CI box (with
+    # the default 0.1 s, one did, and a correct second worker failed the thread count)
+    timeout = 2.0
+    rig = make_rig(
+        clock,
+        model="MI300X",
+        compute_partition="CPX",
+        gpu_timeout=timeout,
+        hand_off_after=timeout / 4,
+    )
     try:
         rig.poll()
         rig.node.inject(3, "hung_call", function="amdsmi_get_gpu_activity")
@@ -133,11 +141,13 @@ def test_a_hung_call_holds_its_physical_gpu_s_partitions_and_no_other(clock: Fak
         # partition 0's collectors before the hung one kept their readings
         assert find(hung, "fleetd_gpu_power_watts", 24).value is not None
         assert find(hung, "fleetd_gpu_utilization_ratio", 25, engine="gfx").reason == "timeout"
-        assert len(set(threading.enumerate()) - threads_before) <= 1  # the hand-off's worker
+        added = set(threading.enumerate()) - threads_before
+        assert len(added) <= 1, sorted(t.name for t in added)  # the hand-off's worker
         threads_before = set(threading.enumerate())
         again = rig.poll()
         assert all("still running" in (again.gpus[i].error or "") for i in held)
-        assert set(threading.enumerate()) - threads_before == set()
+        added = set(threading.enumerate()) - threads_before
+        assert added == set(), sorted(t.name for t in added)
         assert all(s.responsive for s in rig.recover().gpus)
     finally:
         rig.close()
