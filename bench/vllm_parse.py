@@ -19,6 +19,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -38,7 +39,7 @@ from fleetd.sim.vllm_worker import HISTOGRAMS
 from fleetd.vllm.metrics import parse_vllm_metrics
 
 # families a vLLM V1 server exports that fleetd does not read (names from vllm/v1/metrics)
-OTHER_HISTOGRAMS = {
+OTHER_HISTOGRAMS: dict[str, list[float]] = {
     "vllm:request_prompt_tokens": [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000],
     "vllm:request_generation_tokens": [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000],
     "vllm:iteration_tokens_total": [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192],
@@ -87,11 +88,12 @@ def vllm_text(models: int) -> str:
     return generate_latest(registry).decode()
 
 
-def cpu_ms(work: object, text: str, repeat: int) -> list[float]:
+def cpu_ms(work: Callable[[str], object], text: str, repeat: int) -> list[float]:
+    """CPU milliseconds of each of ``repeat`` calls of ``work`` on ``text``."""
     times = []
     for _ in range(repeat):
         start = time.process_time()
-        work(text)  # type: ignore[operator]
+        work(text)
         times.append((time.process_time() - start) * 1000)
     return times
 
