@@ -16,7 +16,8 @@ per_tick`` (less the CPU the replay itself spent serving answers, which it measu
 time.thread_time), ``simulator.cpu_ms_per_tick``, node_exporter's CPU per scrape and series,
 and the ratios ``fleetd own CPU per tick / node_exporter CPU per scrape`` and the same per
 series. ``--footprint-ticks N`` instead ticks a replay daemon by hand N times on a fake clock
-(in this process; /metrics fetched every 5 ticks) and prints its RSS along the way;
+(in this process, each of its jobs at its own interval: bench/handdriven.py) and prints its
+RSS along the way;
 ``--breakdown-ticks N`` ticks one the same way and prints the thread CPU of each part of a
 tick (rules, remediation status, self-metrics, store, alert state); ``--http-requests N``
 runs one replay daemon and prints its HTTP threads' CPU per request of /healthz, /metrics
@@ -39,13 +40,14 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # benchmark this checkout
+
+from handdriven import HandDriven, fetch  # noqa: E402 - bench/, beside this file
 
 NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
 SCRAPE_S = 5.0
@@ -78,11 +80,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def fetch(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return str(response.read().decode())
 
 
 def series(text: str) -> int:
@@ -395,52 +392,6 @@ def http_side(requests: int, warmup_s: float, measure_s: float) -> dict[str, Any
 
 
 # ------------------------------------------------------------------------------ footprint
-class HandDriven:
-    """A replay daemon ticked by hand on a fake clock (1 s a tick), in this process, as its
-    jobs would tick it: poll, delivery and remediation every tick; store maintenance,
-    rediscovery and a /metrics fetch every SCRAPE_S ticks."""
-
-    def __init__(self, prefix: str) -> None:
-        from fleetd.clock import FakeClock
-        from fleetd.daemon import Daemon as FleetDaemon
-        from fleetd.logs import configure_logging
-        from fleetd.replay_wiring import DEFAULT_RECORDING, open_replay_backend, recording_config
-
-        configure_logging("json", "warning", stream=sys.stderr)
-        self.tmp = Path(tempfile.mkdtemp(prefix=prefix))
-        backend, self.replay = open_replay_backend(self.tmp, DEFAULT_RECORDING)
-        self.clock = FakeClock()
-        self.daemon = FleetDaemon(
-            recording_config(self.tmp), clock=self.clock, backend=backend, schedule_jobs=False
-        )
-        self.url = ""
-        self.ticks = 0
-
-    def start(self) -> None:
-        self.daemon.start()
-        assert self.daemon.http is not None
-        self.url = f"http://127.0.0.1:{self.daemon.http.port}/metrics"
-
-    def run(self, ticks: int, after: Callable[[int], None] | None = None) -> None:
-        """``ticks`` more ticks; ``after(n)`` after the n-th tick of the daemon's life."""
-        daemon = self.daemon
-        for _ in range(ticks):
-            self.ticks += 1
-            self.clock.advance(1.0)
-            daemon.tick()
-            daemon.deliver()
-            daemon.remediate()
-            if self.ticks % int(SCRAPE_S) == 0:
-                daemon.maintain()
-                fetch(self.url)
-            if after is not None:
-                after(self.ticks)
-
-    def stop(self) -> None:
-        self.daemon.stop()
-        shutil.rmtree(self.tmp, ignore_errors=True)
-
-
 def footprint(ticks: int, every: int, trace: bool = False) -> dict[str, Any]:
     """RSS of a replay daemon ticked by hand ``ticks`` times on a fake clock: right after
     start, every ``every`` ticks, and the memory window's own figures. With ``trace``,
@@ -523,8 +474,8 @@ def footprint(ticks: int, every: int, trace: bool = False) -> dict[str, Any]:
         "memory_window": window,
         "cpu_ms_per_tick": round(1000 * cpu / ticks, 2),
         "replay_misses": sum(replay.misses.values()),
-        "note": "replay daemon ticked by hand on a fake clock (1 s per tick; deliver, "
-        "remediate every tick; store maintenance, rediscovery and a /metrics fetch every 5); "
+        "note": "replay daemon ticked by hand on a fake clock (1 s per tick; every job the "
+        "daemon schedules at its own interval; a /metrics fetch every 5 ticks); "
         "RSS after gc.collect() at start (tick 0) and at each sample; rss_peak: the highest "
         "RSS (/proc/self/statm, every tick) in each block of sample-every ticks, whose "
         "growth counts blocks that start once the memory window is full",
@@ -590,8 +541,8 @@ def breakdown(ticks: int) -> dict[str, Any]:
         "thread_cpu_ms_per_tick": {
             k: round(1000 * v / ticks, 2) for k, v in sorted(spent.items(), key=lambda kv: -kv[1])
         },
-        "note": "replay daemon ticked by hand on a fake clock (deliver and remediate every "
-        "tick; maintenance and a /metrics fetch every 5); process CPU includes the replay, "
+        "note": "replay daemon ticked by hand on a fake clock (every job the daemon schedules "
+        "at its own interval; a /metrics fetch every 5 ticks); process CPU includes the replay, "
         "the poll's threads and the HTTP server; parts overlap (publish holds alert metrics)",
     }
 

@@ -1,7 +1,8 @@
 """Scale axes: fleetd's own CPU per daemon tick as devices, series and rules grow.
 
 Each point runs the real daemon (poll, rules, SQLite store, alert delivery, remediation ticks,
-store maintenance and a /metrics fetch every 5 ticks) ticked by hand on a fake clock over the
+store maintenance, every job at its own interval; a /metrics fetch every 5 ticks: see
+bench/handdriven.py) ticked by hand on a fake clock over the
 replay backend (fleetd.sim.replay): the simulated node is recorded first (its own CPU is not
 measured), then replayed; the replay's own CPU (time.thread_time of every answer) is taken
 off the process CPU (time.process_time, every thread), so the figure is fleetd's own.
@@ -20,11 +21,9 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import shutil
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +31,10 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmark this checkout
 
-from fleetd.clock import FakeClock
-from fleetd.daemon import Daemon
+from handdriven import HandDriven  # bench/, beside this file
+
 from fleetd.logs import configure_logging
-from fleetd.replay_wiring import RecordPlan, open_replay_backend, record_daemon, recording_config
+from fleetd.replay_wiring import RecordPlan, record_daemon
 from fleetd.sim.replay import Recording
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,49 +65,30 @@ def measure(
     recording: Recording, *, warmup: int, ticks: int, rules_dir: Path | None = None
 ) -> dict[str, Any]:
     """The daemon's own CPU per tick over ``recording``."""
-    tmp = Path(tempfile.mkdtemp(prefix="fleetd-bench-scale-"))
+    driven = HandDriven("fleetd-bench-scale-", recording, rules_dir)
+    replay = driven.replay
+    driven.start()
     try:
-        backend, replay = open_replay_backend(tmp, recording)
-        config = recording_config(tmp / "state")
-        config = config.model_copy(
-            update={"rules": config.rules.model_copy(update={"local_dir": rules_dir})}
-        )
-        clock = FakeClock()
-        daemon = Daemon(config, clock=clock, backend=backend, schedule_jobs=False)
-        daemon.start()
-        try:
-            assert daemon.http is not None
-            url = f"http://127.0.0.1:{daemon.http.port}/metrics"
-            text = ""
-            gc.collect()
-            for tick in range(1, warmup + ticks + 1):
-                if tick == warmup + 1:
-                    cpu0, replay0 = time.process_time(), replay.cpu_s
-                clock.advance(1.0)
-                daemon.tick()
-                daemon.deliver()
-                daemon.remediate()
-                if tick % 5 == 0:
-                    daemon.maintain()
-                    with urllib.request.urlopen(url, timeout=10) as response:
-                        text = response.read().decode()
-            cpu = time.process_time() - cpu0
-            replay_cpu = replay.cpu_s - replay0
-            rules = len(daemon.engine.rules.rules)
-            devices = len(backend.gpus())
-        finally:
-            daemon.stop()
-        series = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
-        return {
-            "devices": devices,
-            "series": series,
-            "rules": rules,
-            "own_cpu_ms_per_tick": round(1000 * (cpu - replay_cpu) / ticks, 2),
-            "replay_cpu_ms_per_tick": round(1000 * replay_cpu / ticks, 3),
-            "replay_misses": sum(replay.misses.values()),
-        }
+        gc.collect()
+        driven.run(warmup)
+        cpu0, replay0 = time.process_time(), replay.cpu_s
+        driven.run(ticks)
+        cpu = time.process_time() - cpu0
+        replay_cpu = replay.cpu_s - replay0
+        rules = len(driven.daemon.engine.rules.rules)
+        devices = len(driven.daemon.backend.gpus())
+        text = driven.metrics_text
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        driven.stop()
+    series = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
+    return {
+        "devices": devices,
+        "series": series,
+        "rules": rules,
+        "own_cpu_ms_per_tick": round(1000 * (cpu - replay_cpu) / ticks, 2),
+        "replay_cpu_ms_per_tick": round(1000 * replay_cpu / ticks, 3),
+        "replay_misses": sum(replay.misses.values()),
+    }
 
 
 def growth(points: list[dict[str, Any]], size_key: str) -> list[float]:
@@ -164,8 +144,8 @@ def main() -> None:
             devices[-1]["own_cpu_ms_per_tick"] / devices[0]["own_cpu_ms_per_tick"], 2
         ),
         "note": "own_cpu_ms_per_tick = whole daemon tick (poll, rules, store, alerts, "
-        "remediation; maintenance and /metrics every 5 ticks) on a fake clock over the "
-        "replay backend, less the replay's own CPU; growth_vs_linear = cost ratio / size "
+        "remediation; each job at its own interval, /metrics every 5 ticks) on a fake clock "
+        "over the replay backend, less the replay's own CPU; growth_vs_linear = cost ratio / size "
         "ratio from the first point (<= 1: at most linear)",
     }
     print(json.dumps(result))

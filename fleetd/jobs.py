@@ -142,6 +142,18 @@ class JobRunner:
             job.cadence.due = min(job.cadence.due, self._timer())
         job.wake.set()
 
+    def run_now(self, name: str) -> None:
+        """Run ``name`` once in the caller's thread, counted as its own thread counts a run.
+
+        For a runner that is never started (``Daemon(schedule_jobs=False)``): a benchmark
+        drives every job by hand on a fake clock, each at its own interval, in one thread.
+        """
+        with self._lock:
+            job = self._jobs[name]
+        self._run(job)
+        with job.lock:
+            job.runs += 1
+
     def poke(self) -> None:
         """Make every waiting job read the timer again (a test moved its fake timer)."""
         with self._lock:

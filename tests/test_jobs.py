@@ -211,3 +211,24 @@ def test_names_and_intervals_are_checked(runner: JobRunner) -> None:
         runner.add("other", lambda: None, 0.0)
     with pytest.raises(ValueError):
         runner.reschedule("poll", float("nan"))
+
+
+def test_run_now_runs_a_job_in_the_callers_thread_and_counts_it(runner: JobRunner) -> None:
+    """A runner never started (a benchmark's hand-driven daemon): each run is counted as
+    its thread would count it, a failure included, and the body runs in the caller's thread."""
+    threads: list[str] = []
+
+    def body() -> None:
+        threads.append(threading.current_thread().name)
+        if len(threads) == 2:
+            raise RuntimeError("second run fails")
+
+    runner.add("work", body, 5.0)
+    runner.run_now("work")
+    runner.run_now("work")
+    runner.run_now("work")
+    assert threads == [threading.current_thread().name] * 3
+    assert runner.stats("work") == (3, 1, 0)
+    assert not runner.running
+    with pytest.raises(KeyError):
+        runner.run_now("absent")
