@@ -1,7 +1,8 @@
 """The whole daemon's own cost per tick, over the replay backend and over the simulator, with
 prometheus-node-exporter measured side by side in the same window.
 
-Two daemons run one after the other, each in its own process, polling 8 MI355X GPUs every
+Two daemons run one after the other, each in its own process with the environment the shipped
+unit gives it (systemd/fleetd.service's ``Environment=``), polling 8 MI355X GPUs every
 second with everything on — poll, rules, SQLite store, alert delivery, remediation ticks
 (dry-run), the event sources, and HTTP: /metrics and /api/v1/status are fetched every 5 s.
 One reads a recording of the simulator (fleetd.sim.replay: answers served at near-zero cost,
@@ -50,6 +51,7 @@ sys.path.insert(0, str(ROOT))  # benchmark this checkout
 from handdriven import HandDriven, fetch  # noqa: E402 - bench/, beside this file
 
 NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
+UNIT = ROOT / "systemd/fleetd.service"
 SCRAPE_S = 5.0
 GPUS = 8
 
@@ -173,8 +175,19 @@ def child(kind: str, state: Path, port: int, stats: Path) -> None:
         daemon.stop()
 
 
+def unit_environment() -> dict[str, str]:
+    """The shipped unit's ``Environment=`` settings, so that the daemon measured runs as
+    systemd runs it (its ``MALLOC_ARENA_MAX=2`` changes the RSS)."""
+    settings: dict[str, str] = {}
+    for line in UNIT.read_text(encoding="utf-8").splitlines():
+        if line.startswith("Environment="):
+            name, _, value = line.removeprefix("Environment=").partition("=")
+            settings[name] = value
+    return settings
+
+
 class Child:
-    """A child daemon process and its URLs."""
+    """A child daemon process, in the shipped unit's environment, and its URLs."""
 
     def __init__(self, kind: str, tmp: Path) -> None:
         self.kind = kind
@@ -195,6 +208,7 @@ class Child:
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            env={**os.environ, **unit_environment()},
         )
         self.metrics_url = f"http://127.0.0.1:{self.port}/metrics"
         self.status_url = f"http://127.0.0.1:{self.port}/api/v1/status"
