@@ -14,7 +14,6 @@ import contextlib
 import importlib
 import importlib.util
 import io
-import json
 import os
 import sys
 import threading
@@ -36,6 +35,7 @@ from fleetd.collect.source import (
 from fleetd.errors import BackendError
 from fleetd.logs import get_logger
 from fleetd.model import GpuIdentity
+from fleetd.statefile import StateFile
 
 __all__ = [
     "AmdSmiBackend",
@@ -481,7 +481,9 @@ class AmdSmiBackend:
         self.amdsmi: Any = self.meter
         self._pci_root = pci_root
         self._device_dirs: dict[str, str] = {}
-        self._baseline_path = baseline_path
+        self._baseline_file = (
+            None if baseline_path is None else StateFile(baseline_path.parent, baseline_path.name)
+        )
         self._baselines: dict[str, dict[str, Any]] = self._load_baselines()
         self._baseline_lock = threading.Lock()
         self.rediscovery_wanted = False
@@ -696,18 +698,13 @@ class AmdSmiBackend:
 
     # --- per-port baselines ------------------------------------------------------------------
     def _load_baselines(self) -> dict[str, dict[str, Any]]:
-        if self._baseline_path is None:
+        if self._baseline_file is None:
             return {}
-        try:
-            data = json.loads(self._baseline_path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
-            log.warning("port_baseline_unreadable", path=str(self._baseline_path), error=str(exc))
-            return {}
-        return (
-            {k: v for k, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) else {}
+        path = str(self._baseline_file.path)
+        data = self._baseline_file.load(
+            lambda why: log.warning("port_baseline_unreadable", path=path, error=why)
         )
+        return {k: v for k, v in (data or {}).items() if isinstance(v, dict)}
 
     def _port_baseline(
         self, identity: GpuIdentity, kind: str, seen_up: Iterable[int]
@@ -730,15 +727,13 @@ class AmdSmiBackend:
             return frozenset(known)
 
     def _save_baselines(self) -> None:
-        if self._baseline_path is None:
+        if self._baseline_file is None:
             return
-        tmp = self._baseline_path.with_name(self._baseline_path.name + ".tmp")
         try:
-            self._baseline_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(self._baselines, sort_keys=True), encoding="utf-8")
-            os.replace(tmp, self._baseline_path)
+            self._baseline_file.save(self._baselines)
         except OSError as exc:  # kept in memory; learned again after a restart
-            log.warning("port_baseline_unsaved", path=str(self._baseline_path), error=str(exc))
+            path = str(self._baseline_file.path)
+            log.warning("port_baseline_unsaved", path=path, error=str(exc))
 
     # --- presence --------------------------------------------------------------------------
     def device_file(self, bdf: str, name: str) -> str | None:

@@ -13,14 +13,13 @@ changed, and records it in the event log. Alert identity does not use the UUID a
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from fleetd.logs import get_logger
 from fleetd.model import GpuIdentity
+from fleetd.statefile import StateFile
 
 log = get_logger("collect.identities")
 
@@ -52,18 +51,13 @@ class IdentityLedger:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._file = StateFile(path.parent, path.name)
 
     def load(self) -> dict[str, str]:
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
-            log.warning("gpu_identities_unreadable", path=str(self.path), error=str(exc))
-            return {}
-        if not isinstance(data, dict):
-            return {}
-        return {str(k): str(v) for k, v in data.items() if isinstance(v, str)}
+        data = self._file.load(
+            lambda why: log.warning("gpu_identities_unreadable", path=str(self.path), error=why)
+        )
+        return {str(k): str(v) for k, v in (data or {}).items() if isinstance(v, str)}
 
     def reconcile(self, identities: Iterable[GpuIdentity]) -> list[UuidChange]:
         """The GPUs whose UUID changed since the last run; remembers the new ones."""
@@ -81,9 +75,7 @@ class IdentityLedger:
         return changes
 
     def _save(self, data: dict[str, str]) -> None:
-        tmp = self.path.with_suffix(".tmp")
         try:
-            tmp.write_text(json.dumps(data, sort_keys=True, indent=1), encoding="utf-8")
-            os.replace(tmp, self.path)
+            self._file.save(dict(data))
         except OSError as exc:  # a read-only state dir: the next start compares again
             log.warning("gpu_identities_not_saved", path=str(self.path), error=exc.strerror)

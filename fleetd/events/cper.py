@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from fleetd.events.model import Tally
-from fleetd.events.state import StateFile
 from fleetd.logs import get_logger
+from fleetd.statefile import StateFile
 
 HEADER = struct.Struct("<4sHIHIII8B16s16s16s16s8sIQ12s")  # 128 bytes (UEFI N.2.1)
 SECTION = struct.Struct("<IIBBBBI16s16sI20s")  # 72 bytes (UEFI N.2.2)

@@ -51,8 +51,8 @@ from fleetd.events.sources import (
     SourceError,
     wait_readable,
 )
-from fleetd.events.state import StateFile
 from fleetd.logs import get_logger
+from fleetd.statefile import StateFile
 
 CURSOR_FILE = "kernel_log.cursor.json"
 SourceName = Literal["auto", "journal", "kmsg", "file"]

@@ -29,8 +29,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from fleetd.events.afid import ORDER, ActionKind
-from fleetd.events.state import StateFile
 from fleetd.logs import get_logger
+from fleetd.statefile import StateFile
 
 log = get_logger("events.incidents")
 

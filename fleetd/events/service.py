@@ -46,9 +46,9 @@ from fleetd.events.follow import KernelLogConfig, KernelLogFollower
 from fleetd.events.host import read_boot_id, read_boot_time
 from fleetd.events.incidents import INCIDENTS_FILE, Incident, IncidentBook
 from fleetd.events.model import KernelEvent
-from fleetd.events.state import StateFile
 from fleetd.logs import get_logger
 from fleetd.model import Reading, label_value, make_labels
+from fleetd.statefile import StateFile
 
 log = get_logger("events")
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import ctypes
+import json
+from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from fleetd.clock import FakeClock
 from fleetd.collect.amdsmi_backend import AmdSmiBackend, GpuProcess, status_reason
@@ -156,3 +159,25 @@ def test_close_is_idempotent_and_marks_gpus_gone(clock: FakeClock):
     rig.backend.close()
     assert not any(rig.backend.present(i) for i in range(8))
     rig.poller.close()
+
+
+def test_a_damaged_port_baseline_file_is_reported_and_learned_afresh(
+    clock: FakeClock, tmp_path: Path
+) -> None:
+    """A baseline file that cannot be used (a disk error, a half-restored backup) is said in
+    the journal, never a crash; the ports are learned again and the file rewritten whole."""
+    path = tmp_path / "port-baselines.json"
+    path.write_text('{"0000:05:00.0": {"serial": ', encoding="utf-8")
+    node = build_node("MI300X", seed=1, clock=clock)
+    with capture_logs() as logs:
+        backend = AmdSmiBackend(SimulatedAmdSmi(node), baseline_path=path)
+    try:
+        warned = [e for e in logs if e["event"] == "port_baseline_unreadable"]
+        assert len(warned) == 1 and warned[0]["path"] == str(path)
+        assert "Expecting value" in warned[0]["error"]
+        gpu = backend.sources()[0]
+        assert gpu.port_baseline("xgmi", [1, 2]) == {1, 2}
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        assert stored[gpu.identity.bdf]["xgmi"] == [1, 2]
+    finally:
+        backend.close()

@@ -14,8 +14,8 @@ from fleetd.events.config import EventsConfig
 from fleetd.events.incidents import INCIDENTS_FILE, IncidentBook
 from fleetd.events.model import KernelEvent
 from fleetd.events.service import EventService, severity_mask
-from fleetd.events.state import StateFile
 from fleetd.model import GpuIdentity, Reading, label_value, make_labels
+from fleetd.statefile import StateFile
 
 T0 = 1_800_000_000.0
 
