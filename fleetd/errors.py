@@ -5,7 +5,8 @@ FleetdError
 ├── BackendError       the GPU library cannot be loaded or initialised
 ├── StoreError         the local database failed
 ├── NotifyError        a notifier could not deliver (says whether a retry may help)
-└── RemedyError        a remediation step could not be carried out
+├── RemedyError        a remediation step could not be carried out
+└── StateDirInUse      another live fleetd holds the state directory (fleetd.statelock)
 """
 
 from __future__ import annotations
@@ -68,3 +69,7 @@ class NotifyError(FleetdError):
 
 class RemedyError(FleetdError):
     """A remediation step failed in a way the executor must report."""
+
+
+class StateDirInUse(FleetdError):
+    """Another live process holds the state directory's lock (``fleetd.statelock``)."""

@@ -182,3 +182,56 @@ def test_ready_reload_and_graceful_stop(
     log = proc.stderr.read()
     # --simulate holds across reloads: the file's backend is not "a change needing a restart"
     assert "config_reloaded" in log and "config_reload_needs_restart" not in log
+
+
+def test_a_second_daemon_on_the_same_state_dir_is_refused_in_one_line(
+    running: tuple[subprocess.Popen[str], Notifications, Path, int],
+) -> None:
+    """A hand-started ``fleetd run --simulate`` beside the unit would write the same database
+    and remediate the same hive: it refuses at once, naming the daemon that holds the directory;
+    once that one has stopped, a new one starts."""
+    proc, notify, config, port = running
+    notify.wait_for("READY=1")
+    second = fleetd("run", "--config", str(config), "--simulate", "healthy")
+    _, err = second.communicate(timeout=60)
+    assert second.returncode == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines == [
+        f"fleetd: state directory {config.parent} is in use by another fleetd (pid {proc.pid}); "
+        "stop that one, or give this one a state_dir of its own"
+    ]
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+    again = Notifications(config.parent / "notify-again.sock")
+    third = fleetd(
+        "run",
+        "--config",
+        str(config),
+        "--simulate",
+        "healthy",
+        env={"NOTIFY_SOCKET": str(config.parent / "notify-again.sock")},
+    )
+    try:
+        again.wait_for("READY=1")
+        assert 'fleetd_gpu_up{gpu="0"' in metrics(port)
+    finally:
+        third.terminate()
+        third.communicate(timeout=30)
+        again.sock.close()
+
+
+def test_a_simulated_node_without_a_config_keeps_its_state_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``fleetd run --simulate`` (or doctor) with no fleetd.yaml: the built-in defaults, but
+    never the real node's /var/lib/fleetd; the same directory across reloads."""
+    from fleetd.cli import run_cmd
+    from fleetd.config import FleetdConfig
+
+    monkeypatch.setattr(run_cmd, "DEFAULT_CONFIG_PATH", tmp_path / "absent.yaml")
+    config, used = run_cmd.resolve_config(None, "healthy")
+    again, _ = run_cmd.resolve_config(None, "healthy")
+    assert used is None and config.backend.kind == "simulator"
+    assert config.state_dir != FleetdConfig().state_dir
+    assert config.state_dir.name.startswith("fleetd-simulated-") and config.state_dir.is_dir()
+    assert again.state_dir == config.state_dir

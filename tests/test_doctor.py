@@ -146,6 +146,9 @@ def test_doctor_on_a_simulated_node(tmp_path: Path) -> None:
         "amdsmi_gpu_xgmi_error_status (invalid_argument): GPU 0, 1, 2, 3, 4, 5, 6, 7"
     ]
     assert "root" not in by_name  # host checks are for a real node
+    # a check leaves no trace where a running daemon keeps its state (simulated port
+    # baselines, a simulated sysfs tree): the state directory is not even created
+    assert not (tmp_path / "state").exists()
 
 
 def test_doctor_refuses_nothing_but_reports_an_unsafe_library(tmp_path: Path) -> None:

@@ -8,8 +8,11 @@ and the rules that can never fire here. Exit 0: all ok; 1: a warning; 2: a failu
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import click
@@ -60,36 +63,49 @@ def doctor(config_path: Path | None, simulate: str | None, as_json: bool, root: 
 
 def _checks(config: FleetdConfig, root: Path) -> list[Check]:
     """Open the GPUs as the daemon would (an unsafe library is opened only to say so: the
-    poll is skipped), poll once, run every check."""
+    poll is skipped), poll once, run every check.
+
+    A check leaves no trace in the daemon's state directory, which a running daemon owns: the
+    backend writes what it learns (port baselines) and a simulated node its sysfs tree into a
+    scratch directory, starting from the daemon's own baselines on a real node.
+    """
     from fleetd.clock import SystemClock
     from fleetd.collect.collectors import default_collectors
     from fleetd.collect.poller import Poller
     from fleetd.daemon import open_backend
     from fleetd.doctor import node_checks
+    from fleetd.gpu_wiring import BASELINE_FILE
     from fleetd.rules.config import load_rules
 
     rules = load_rules(config.rules)
     clock = SystemClock()
     unsafe_ok = config.backend.model_copy(update={"allow_unsafe_library": True})
-    backend, _ = open_backend(config.model_copy(update={"backend": unsafe_ok}), clock)
-    try:
-        snapshots = []
-        if backend.abi.verdict != "unsafe":
-            poller = Poller(backend, default_collectors(), node=config.node.name, gpu_timeout=5.0)
-            try:
-                for n in range(POLLS):  # rates (throttle residency) need two polls
-                    if n:
-                        clock.sleep(POLL_GAP_S)
-                    snapshots.append(poller.poll(clock.now()))
-            finally:
-                poller.close()
-        return node_checks(
-            config,
-            backend,
-            rules,
-            snapshots,
-            root=root,
-            host_checks=config.backend.kind == "amdsmi",
-        )
-    finally:
-        backend.close()
+    with tempfile.TemporaryDirectory(prefix="fleetd-doctor-") as scratch:
+        if config.backend.kind == "amdsmi":
+            with contextlib.suppress(OSError):
+                shutil.copy(config.state_dir / BASELINE_FILE, scratch)
+        opened = config.model_copy(update={"backend": unsafe_ok, "state_dir": Path(scratch)})
+        backend, _ = open_backend(opened, clock)
+        try:
+            snapshots = []
+            if backend.abi.verdict != "unsafe":
+                poller = Poller(
+                    backend, default_collectors(), node=config.node.name, gpu_timeout=5.0
+                )
+                try:
+                    for n in range(POLLS):  # rates (throttle residency) need two polls
+                        if n:
+                            clock.sleep(POLL_GAP_S)
+                        snapshots.append(poller.poll(clock.now()))
+                finally:
+                    poller.close()
+            return node_checks(
+                config,
+                backend,
+                rules,
+                snapshots,
+                root=root,
+                host_checks=config.backend.kind == "amdsmi",
+            )
+        finally:
+            backend.close()

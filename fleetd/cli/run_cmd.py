@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import faulthandler
+import functools
 import gc
 import sys
+import tempfile
 from pathlib import Path
 
 import click
@@ -12,18 +14,27 @@ import click
 from fleetd.cli.problems import echo_problems
 from fleetd.clock import SteadyClock
 from fleetd.config import DEFAULT_CONFIG_PATH, FleetdConfig, load_config
-from fleetd.errors import BackendError, ConfigError
+from fleetd.errors import BackendError, ConfigError, StateDirInUse
 from fleetd.logs import configure_logging
+from fleetd.statelock import lock_state_dir
+
+
+@functools.cache
+def simulated_state_dir() -> Path:
+    """Where a simulated node with no config keeps its state: a directory of this process's
+    own (the same across reloads), never a real node's ``/var/lib/fleetd``."""
+    return Path(tempfile.mkdtemp(prefix="fleetd-simulated-"))
 
 
 def resolve_config(path: Path | None, simulate: str | None) -> tuple[FleetdConfig, Path | None]:
-    """The config to run: PATH, else the default file, else (simulating only) built-in defaults.
+    """The config to run: PATH, else the default file, else (simulating only) built-in defaults
+    with a state directory of the process's own (``simulated_state_dir``).
 
     ``--simulate`` switches the backend to the simulator whatever the file says.
     """
     chosen = path or DEFAULT_CONFIG_PATH
     if path is None and simulate is not None and not chosen.exists():
-        config, used = FleetdConfig(), None
+        config, used = FleetdConfig(state_dir=simulated_state_dir()), None
     else:
         config, used = load_config(chosen), chosen
     if simulate is not None:
@@ -61,6 +72,11 @@ def run(config_path: Path | None, simulate: str | None, log_format: str | None) 
         sys.exit(1)
     fmt = log_format or config.logging.format
     configure_logging(fmt, config.logging.level)  # type: ignore[arg-type]
+    try:
+        held = lock_state_dir(config.state_dir)  # noqa: F841 - the lock lives with the file
+    except StateDirInUse as exc:
+        click.echo(f"fleetd: {exc}", err=True)
+        sys.exit(2)
     from fleetd.daemon import Daemon  # heavy imports after argument parsing
 
     try:
