@@ -4,15 +4,18 @@ re-admit → resolved, through the real daemon, rules, dispatcher, remediation a
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from fleetd.cli.demo_cmd import LineSink
+from fleetd.cli.demo_cmd import LineSink, node_summary
 from fleetd.clock import FakeClock
 from fleetd.demo import Demo, build_demo
+from fleetd.model import GpuIdentity
 from fleetd.remedy import machine as m
 
 
@@ -139,3 +142,64 @@ def test_a_physical_class_fault_quarantines_one_gpu_without_a_reset(
     assert len(pages) == 1, pages
     assert "FIRING   critical GpuRemediationHeld" in text and "replace the OAM" in text
     assert not built.fleet.workers["gpu6"].in_rotation  # held for a person
+
+
+def test_a_physical_class_fault_during_probation_still_opens_its_rma_decision(
+    demo: tuple[Demo, list[str]], clock: FakeClock
+) -> None:
+    """The demo's own timeline: GPU 3's hive reset puts every GPU of the hive on probation,
+    so GPU 6's fatal HBM fault minutes later is quarantined for faulting during probation
+    at once; its CPER record's physical class (AFID 20: replace the OAM) must still reach the
+    run's reason and open GPU 6's RMA decision, not be dropped as "no further plan"."""
+    built, lines = demo
+    daemon = built.daemon
+    assert daemon.sim is not None and daemon.remediation is not None
+    run_for(built, clock, 60)
+    [hive_reset] = daemon.remediation.runs()
+    assert hive_reset.state is m.RunState.DONE and 6 in hive_reset.gpu_indices
+    daemon.sim.node.inject(6, "ecc_uncorrectable", fatal=True, afid=20)
+    run_for(built, clock, 40)
+    text = "\n".join(lines)
+    runs = [r for r in daemon.remediation.runs() if r.trigger.gpu == 6]
+    assert [r.state for r in runs] == [m.RunState.QUARANTINED], text
+    outcome = runs[0].outcome or ""
+    assert "faulted again within its probation" in outcome, outcome
+    assert "AFID 20 calls for physical" in outcome, outcome
+    serial = {g.index: g.serial for g in daemon.remediation.executor._backend.gpus()}[6]
+    record = daemon.remediation.rma_record(str(serial))
+    assert record is not None and record.physical_action_needed, text
+    decision = record.open_decision
+    assert decision is not None and decision.source == "afid" and 20 in decision.afids
+    assert decision.fault_class == "HBM Errors"
+    assert [e.kind for e in daemon.remediation.events(runs[0].run_id)].count("rma_ticket") == 1
+    assert [r.initiator for r in daemon.sim.node.resets] == [3]  # GPU 6's fault resets nothing
+
+
+def test_an_unknown_scenario_is_one_clear_line_and_exit_1() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "fleetd", "demo", "--scenario", "nosuch", "--port", "0", "--plain"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "nosuch: no such scenario; shipped:" in lines[0], done.stderr
+
+
+def test_the_banner_names_the_node_the_scenario_built() -> None:
+    def gpu(i: int, model: str, partition: str, hive: str = "0x1") -> GpuIdentity:
+        return GpuIdentity(i, f"u{i}", f"0000:0{i}:00.0", model=model, hive_id=hive,
+                           compute_partition=partition)  # fmt: skip
+
+    assert node_summary([gpu(i, "MI355X", "SPX") for i in range(8)]) == (
+        "MI355X node, 8 GPUs in one XGMI hive"
+    )
+    assert node_summary([gpu(i, "MI300X", "CPX") for i in range(64)]) == (
+        "MI300X node, 64 GPUs (CPX partitions) in one XGMI hive"
+    )
+    assert node_summary([gpu(0, "MI300X", "SPX", "0x1"), gpu(1, "MI300X", "SPX", "0x2")]) == (
+        "MI300X node, 2 GPUs in 2 XGMI hives"
+    )

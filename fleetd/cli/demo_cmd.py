@@ -8,13 +8,16 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import click
 
+from fleetd.cli.problems import echo_problems
 from fleetd.clock import ScaledClock
+from fleetd.errors import ConfigError
 from fleetd.logs import configure_logging
+from fleetd.model import GpuIdentity
 
 
 class LineSink(io.StringIO):
@@ -92,15 +95,20 @@ def demo(duration: float | None, speed: float, port: int, plain: bool, scenario:
     with tempfile.TemporaryDirectory(prefix="fleetd-demo-") as tmp:
         log_file = (Path(tmp) / "fleetd.log").open("w")
         configure_logging("json", "info", stream=log_file)
-        built = build_demo(
-            Path(tmp),
-            clock=clock,
-            note=note,
-            console_stream=LineSink(note),
-            port=port,
-            time_scale=speed,
-            scenario=scenario,
-        )
+        try:
+            built = build_demo(
+                Path(tmp),
+                clock=clock,
+                note=note,
+                console_stream=LineSink(note),
+                port=port,
+                time_scale=speed,
+                scenario=scenario,
+            )
+        except ConfigError as exc:  # an unknown scenario, a scenario file with mistakes
+            log_file.close()
+            echo_problems(exc)
+            sys.exit(1)
         daemon = built.daemon
         live: Live | None = None
 
@@ -121,7 +129,7 @@ def demo(duration: float | None, speed: float, port: int, plain: bool, scenario:
             daemon.start()
             address = daemon.http.address if daemon.http is not None else "?"
             note(
-                f"simulated MI355X node, 8 GPUs in one XGMI hive, x{speed:g} speed; "
+                f"simulated {node_summary(daemon.backend.gpus())}, x{speed:g} speed; "
                 f"http://{address}/metrics and /api/v1/status; Ctrl-C stops"
             )
             deadline = None if duration is None else time.monotonic() + duration
@@ -137,6 +145,22 @@ def demo(duration: float | None, speed: float, port: int, plain: bool, scenario:
             live = None
             built.close()
             log_file.close()
+
+
+def node_summary(gpus: Sequence[GpuIdentity]) -> str:
+    """``MI300X node, 8 GPUs in one XGMI hive`` (or ``64 GPUs (CPX partitions)`` …), as the
+    scenario built it."""
+    models = sorted({g.model or "unknown" for g in gpus})
+    hives = {g.hive_id for g in gpus if g.hive_id}
+    partitions = sorted({g.compute_partition for g in gpus if g.compute_partition} - {"SPX"})
+    text = f"{'/'.join(models) or 'empty'} node, {len(gpus)} GPUs"
+    if partitions:
+        text += f" ({'/'.join(partitions)} partitions)"
+    if len(hives) == 1:
+        text += " in one XGMI hive"
+    elif hives:
+        text += f" in {len(hives)} XGMI hives"
+    return text
 
 
 def _wait(deadline: float | None) -> None:

@@ -221,12 +221,23 @@ def incident_decision(
 
 
 def merge_incident(decision: Decision, incident: Decision | None) -> Decision:
-    """One incident, one plan: the further of the trigger's plan and the incident's."""
+    """One incident, one plan: the further of the trigger's plan and the incident's. On a
+    tie both reasons stay: a quarantine for a fault during probation whose CPER record also
+    calls for physical action keeps that call, which opens the GPU's RMA decision."""
     if incident is None or incident.plan is None or decision.plan is None:
         return decision
     if PLAN_RANK.get(incident.plan, 0) > PLAN_RANK.get(decision.plan, 0):
         return incident
-    return decision
+    joined = joined_reason(decision.plan, decision.reason, incident)
+    return decision if joined is None else replace(decision, reason=joined)
+
+
+def joined_reason(plan: Plan, reason: str, incident: Decision) -> str | None:
+    """``reason`` and the incident's own, when the incident asks for the same quarantine for
+    a reason not yet given (None: nothing to add)."""
+    if plan is not Plan.QUARANTINE or incident.plan is not plan or incident.reason in reason:
+        return None
+    return f"{reason}; {incident.reason}" if reason else incident.reason
 
 
 def _escalate(config: RemediationConfig, history: Sequence[Run], now: float, why: str) -> Decision:

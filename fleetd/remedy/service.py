@@ -41,6 +41,7 @@ from fleetd.remedy.policy import (
     Decision,
     decide,
     incident_decision,
+    joined_reason,
     merge_incident,
     reboot_available,
     settings_for,
@@ -360,8 +361,13 @@ class Remediation:
             better = self._incident_decision(incident, history, now)
             if better is None or better.plan is None:
                 continue
-            if PLAN_RANK.get(better.plan, 0) <= PLAN_RANK.get(run.plan, 0):
-                continue
+            if PLAN_RANK.get(better.plan, 0) > PLAN_RANK.get(run.plan, 0):
+                why = better.reason
+            else:  # the same quarantine may still add its reason (the AFID's physical call)
+                joined = joined_reason(run.plan, run.outcome or "", better)
+                if joined is None:
+                    continue
+                why = joined
             gpus = self._unit(better.plan, gpu)
             identities = self._identities()
             unit = tuple(
@@ -372,7 +378,7 @@ class Remediation:
             workers = tuple(
                 w.name for w in self._workers if set(w.gpus) & set(gpus) and not set(w.gpus) & held
             )
-            replan = m.Replan(better.plan.value, unit, workers, tuple(sorted(held)), better.reason)
+            replan = m.Replan(better.plan.value, unit, workers, tuple(sorted(held)), why)
             self.executor.feed(run.run_id, replan, now)
 
     def _history_window(self) -> float:

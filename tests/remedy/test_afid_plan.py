@@ -106,6 +106,24 @@ def test_one_incident_takes_its_furthest_plan() -> None:
     assert reboot is not None and merge_incident(reset, reboot).plan is m.Plan.REBOOT
 
 
+def test_a_quarantine_for_another_reason_keeps_the_incidents_physical_call() -> None:
+    """Tied plans keep both reasons: the RMA book opens a physical decision only from a run
+    whose reason says the AFID calls for physical action."""
+    probation = Decision(m.Plan.QUARANTINE, "GPU 6 faulted again within its probation")
+    physical = incident_decision(
+        "physical", "AFID 20 calls for physical.", config=cfg(), history=[], now=NOW
+    )
+    assert physical is not None
+    merged = merge_incident(probation, physical)
+    assert merged.plan is m.Plan.QUARANTINE
+    assert merged.reason == f"GPU 6 faulted again within its probation; {physical.reason}"
+    assert merge_incident(merged, physical) is merged  # said once
+    assert merge_incident(physical, physical) is physical
+    reboot = Decision(m.Plan.REBOOT, "budget spent")  # only a quarantine carries a reason
+    rebooted = incident_decision("reboot", "AFID 25", config=cfg(**REBOOT), history=[], now=NOW)
+    assert rebooted is not None and merge_incident(reboot, rebooted) is reboot
+
+
 def test_a_planned_run_is_replanned_but_not_once_it_has_begun() -> None:
     run, _ = new_run(now=NOW)
     settled, first = m.plan_run(
