@@ -12,6 +12,7 @@ stand-in ``systemctl``. Kept apart from the CLI so tests drive the same wiring o
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from fleetd.config import FleetdConfig
 from fleetd.configbase import validate
 from fleetd.daemon import Daemon, open_backend
 from fleetd.remedy.events import RemediationEvent
+from fleetd.rules.config import RulesConfig
 from fleetd.sim.logical import LogicalView
 from fleetd.sim.vllm_worker import StandInFleet
 from fleetd.vllm.config import VllmWorkerConfig
@@ -29,6 +31,7 @@ from fleetd.vllm.config import VllmWorkerConfig
 DEMO_SCENARIO = "demo"
 DEMO_MODEL = "stand-in/llama-3.1-70b"
 DEMO_NODE = "demo-mi355x"
+STALE_POLLS: int = RulesConfig.model_fields["stale_polls"].default  # in real time, at speed
 
 
 def demo_config(
@@ -39,16 +42,25 @@ def demo_config(
     fleet: StandInFleet | None = None,
     scenario: str = DEMO_SCENARIO,
     local_rules: Path | None = None,
+    time_scale: float = 1.0,
 ) -> FleetdConfig:
     """The built-in config: simulator, 1 s polls, console alerts, remediation on, short waits;
-    ``local_rules``: a directory of site rules loaded beside the shipped packs."""
+    ``local_rules``: a directory of site rules loaded beside the shipped packs.
+
+    At ``time_scale`` × speed a poll is due every 1/``time_scale`` real seconds, so a shared
+    machine's second of scheduling lag would make every GPU's telemetry stale at once
+    (``GpuTelemetryStale`` on all eight, every minute): the default 3 polls of staleness are
+    counted in real time instead (12 polls at the CLI demo's 4×)."""
     data: dict[str, object] = {
         "node": {"name": DEMO_NODE},
         "state_dir": str(state_dir),
         "backend": {"kind": "simulator", "scenario": scenario},
         "poll": {"interval": "1s", "gpu_timeout": "1s", "slow_interval": "5s"},
         "http": {"bind": "127.0.0.1", "port": port},
-        "rules": {"local_dir": None if local_rules is None else str(local_rules)},
+        "rules": {
+            "local_dir": None if local_rules is None else str(local_rules),
+            "stale_polls": max(STALE_POLLS, math.ceil(STALE_POLLS * time_scale)),
+        },
         "vllm": {
             "workers": [w.model_dump(mode="json") for w in workers or []],
             "scrape_interval": "2s",
@@ -214,7 +226,13 @@ def build_demo(
     if sim.runner is not None:  # the scenario's engine faults (a hung engine: health 200)
         fleet.follow(sim.runner.scenario.workers, sim.runner.start)
     config = demo_config(
-        state, port=port, workers=workers, fleet=fleet, scenario=scenario, local_rules=local_rules
+        state,
+        port=port,
+        workers=workers,
+        fleet=fleet,
+        scenario=scenario,
+        local_rules=local_rules,
+        time_scale=time_scale,
     )
     daemon = Daemon(
         config,

@@ -14,7 +14,7 @@ import pytest
 
 from fleetd.cli.demo_cmd import LineSink, node_summary
 from fleetd.clock import FakeClock
-from fleetd.demo import Demo, build_demo
+from fleetd.demo import Demo, build_demo, demo_config
 from fleetd.model import GpuIdentity
 from fleetd.remedy import machine as m
 
@@ -203,3 +203,10 @@ def test_the_banner_names_the_node_the_scenario_built() -> None:
     assert node_summary([gpu(0, "MI300X", "SPX", "0x1"), gpu(1, "MI300X", "SPX", "0x2")]) == (
         "MI300X node, 2 GPUs in 2 XGMI hives"
     )
+
+
+def test_staleness_is_counted_in_real_time_at_the_demos_speed(tmp_path: Path) -> None:
+    """At 4× a poll is due every quarter of a real second: a second of lag on a shared machine
+    must not make all eight GPUs stale at once."""
+    assert demo_config(tmp_path, port=0).rules.stale_polls == 3
+    assert demo_config(tmp_path, port=0, time_scale=4).rules.stale_polls == 12
