@@ -22,6 +22,7 @@ import threading
 import traceback
 from collections import Counter
 from collections.abc import Callable, Sequence
+from operator import setitem
 from types import ModuleType
 from typing import Any
 
@@ -181,13 +182,13 @@ class SimProvider:
         version.build = ctypes.cast(self._build, type(version.build))
 
     def amdsmi_get_socket_handles(self, count: Any, handles: Any) -> None:
-        _handles_out(self.lib.amdsmi_get_socket_handles(), count, handles)
+        _array_out(self.lib.amdsmi_get_socket_handles(), count, handles, setitem)
 
     def amdsmi_get_socket_info(self, socket: int, size: int, name: Any) -> None:
         _text_out(name, size, self.lib.amdsmi_get_socket_info(socket))
 
     def amdsmi_get_processor_handles(self, socket: int, count: Any, handles: Any) -> None:
-        _handles_out(self.lib.amdsmi_get_processor_handles(socket), count, handles)
+        _array_out(self.lib.amdsmi_get_processor_handles(socket), count, handles, setitem)
 
     def amdsmi_get_processor_handle_from_bdf(self, bdf: Any, out: Any) -> None:
         b = bdf.struct_amdsmi_bdf_t
@@ -212,10 +213,10 @@ class SimProvider:
         timestamp[0] = energy.timestamp
 
     def amdsmi_get_gpu_bad_page_info(self, handle: int, count: Any, out: Any) -> None:
-        _records_out(self.lib.amdsmi_get_gpu_bad_page_info(handle), count, out)
+        _array_out(self.lib.amdsmi_get_gpu_bad_page_info(handle), count, out, _fill_at)
 
     def amdsmi_get_gpu_memory_reserved_pages(self, handle: int, count: Any, out: Any) -> None:
-        _records_out(self.lib.amdsmi_get_gpu_memory_reserved_pages(handle), count, out)
+        _array_out(self.lib.amdsmi_get_gpu_memory_reserved_pages(handle), count, out, _fill_at)
 
     def amdsmi_get_gpu_cper_entries(
         self,
@@ -295,7 +296,7 @@ class SimProvider:
         return int(w.AMDSMI_STATUS_OUT_OF_RESOURCES) if len(procs) > room else None
 
     def amdsmi_get_gpu_compute_process_info(self, out: Any, count: Any) -> None:
-        _records_out(self.lib.amdsmi_get_gpu_compute_process_info(), count, out)
+        _array_out(self.lib.amdsmi_get_gpu_compute_process_info(), count, out, _fill_at)
 
     # ------------------------------------------------------------------ KFD events
     def amdsmi_get_gpu_event_notification(self, timeout_ms: int, count: Any, out: Any) -> None:
@@ -352,27 +353,23 @@ def _text_out(pointer: Any, size: int, text: str) -> None:
     ctypes.memmove(_address(pointer), data, len(data))
 
 
-def _handles_out(found: list[int], count: Any, handles: Any) -> None:
-    """The C pattern: a NULL array asks for the count; otherwise fill at most ``*count``."""
+def _array_out(
+    items: Sequence[Any], count: Any, array: Any, put: Callable[[Any, int, Any], None]
+) -> None:
+    """The C pattern: a NULL array asks for the count; otherwise fill at most ``*count``
+    (``put(array, i, item)`` writes one: a handle as it is, a record field by field)."""
     _need(count)
-    if not handles:
-        count[0] = len(found)
+    if not array:
+        count[0] = len(items)
         return
-    written = min(count[0], len(found))
+    written = min(count[0], len(items))
     for i in range(written):
-        handles[i] = found[i]
+        put(array, i, items[i])
     count[0] = written
 
 
-def _records_out(records: Sequence[Any], count: Any, out: Any) -> None:
-    _need(count)
-    if not out:
-        count[0] = len(records)
-        return
-    written = min(count[0], len(records))
-    for i in range(written):
-        fill(out[i], records[i])
-    count[0] = written
+def _fill_at(array: Any, i: int, record: Any) -> None:
+    fill(array[i], record)
 
 
 # ---------------------------------------------------------------------------------- filling
