@@ -37,6 +37,7 @@ from fleetd.remedy.steps.common import (
     enter,
     gpu_list,
     name_list,
+    reissued,
     set_worker,
     worker_outcome,
     workers_in,
@@ -156,9 +157,7 @@ def on_unrouting(run: Run, event: Event, now: float) -> Step:
         if all_in(run, WorkerPhase.UNROUTED):
             return after(cmds, _after_unrouted(run, now))
         return run, cmds
-    if isinstance(event, Resumed):
-        return run, [Unroute(n) for n in workers_in(run, WorkerPhase.UNROUTING)]
-    return run, []
+    return reissued(run, event, Unroute, WorkerPhase.UNROUTING)
 
 
 def on_balancer_wait(run: Run, event: Event, now: float) -> Step:
@@ -244,9 +243,7 @@ def on_stopping(run: Run, event: Event, now: float) -> Step:
         if all_in(run, WorkerPhase.STOPPED, WorkerPhase.STOP_FAILED):
             return after(cmds, _after_stopped(run, now))
         return run, cmds
-    if isinstance(event, Resumed):
-        return run, [StopUnit(n) for n in workers_in(run, WorkerPhase.STOPPING)]
-    return run, []
+    return reissued(run, event, StopUnit, WorkerPhase.STOPPING)
 
 
 def on_release_check(run: Run, event: Event, now: float) -> Step:

@@ -26,6 +26,7 @@ from fleetd.remedy.steps.common import (
     awaited,
     enter,
     name_list,
+    reissued,
     set_worker,
     worker_outcome,
     workers_in,
@@ -69,9 +70,7 @@ def on_starting(run: Run, event: Event, now: float) -> Step:
         if not workers_in(run, WorkerPhase.STARTING):
             return after(cmds, _start_await_ready(run, now))
         return run, cmds
-    if isinstance(event, Resumed):
-        return run, [StartUnit(n) for n in workers_in(run, WorkerPhase.STARTING)]
-    return run, []
+    return reissued(run, event, StartUnit, WorkerPhase.STARTING)
 
 
 def _start_await_ready(run: Run, now: float) -> Step:
