@@ -145,9 +145,7 @@ def on_planned(run: Run, event: Event, now: float) -> Step:
 
 
 def on_unrouting(run: Run, event: Event, now: float) -> Step:
-    if isinstance(event, UnrouteResult):
-        if not awaited(run, event.worker, WorkerPhase.UNROUTING):
-            return run, []
+    if isinstance(event, UnrouteResult) and awaited(run, event.worker, WorkerPhase.UNROUTING):
         if event.error is not None:
             run = set_worker(run, event.worker, detail=event.error)
             run = add_evidence(run, f"taking {event.worker} out of rotation failed: {event.error}")
@@ -222,9 +220,7 @@ def on_quiescing(run: Run, event: Event, now: float) -> Step:
 
 
 def on_stopping(run: Run, event: Event, now: float) -> Step:
-    if isinstance(event, StopResult):
-        if not awaited(run, event.worker, WorkerPhase.STOPPING):
-            return run, []
+    if isinstance(event, StopResult) and awaited(run, event.worker, WorkerPhase.STOPPING):
         run, cmds = worker_outcome(
             run,
             event,

@@ -149,9 +149,9 @@ def cancel(run: Run, event: Cancel, now: float) -> Step:
 
 
 def on_rolling_back(run: Run, event: Event, now: float) -> Step:
-    if isinstance(event, RerouteResult):
-        if not awaited(run, event.worker, WorkerPhase.UNROUTING, WorkerPhase.UNROUTED):
-            return run, []
+    if isinstance(event, RerouteResult) and awaited(
+        run, event.worker, WorkerPhase.UNROUTING, WorkerPhase.UNROUTED
+    ):
         run, cmds = worker_outcome(
             run,
             event,
