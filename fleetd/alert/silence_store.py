@@ -61,6 +61,18 @@ acks_table = Table(
 )
 
 
+_ALERTMANAGER_NAMES = {
+    "id": "id",
+    "matchers": "matchers",
+    "starts_at": "startsAt",
+    "ends_at": "endsAt",
+    "created_by": "createdBy",
+    "comment": "comment",
+    "updated_at": "updatedAt",
+}
+"""``silence_json``'s fields that Alertmanager's silence shows, and its name for each."""
+
+
 @dataclass(frozen=True, slots=True)
 class Silence:
     id: str
@@ -81,17 +93,10 @@ class Silence:
         return self.state(now) == "active" and matches_all(labels, self.matchers)
 
     def to_dict(self, now: float) -> dict[str, object]:
-        """The API view (Alertmanager's field names)."""
-        return {
-            "id": self.id,
-            "matchers": [format_matcher(m) for m in self.matchers],
-            "startsAt": self.starts_at,
-            "endsAt": self.ends_at,
-            "createdBy": self.created_by,
-            "comment": self.comment,
-            "updatedAt": self.updated_at,
-            "status": {"state": self.state(now)},
-        }
+        """The API view: ``silence_json`` under Alertmanager's field names."""
+        data = silence_json(self)
+        view = {name: data[field] for field, name in _ALERTMANAGER_NAMES.items()}
+        return {**view, "status": {"state": self.state(now)}}
 
 
 @dataclass(frozen=True, slots=True)

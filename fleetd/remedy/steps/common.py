@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from fleetd.remedy.messages import Command, Event, Record, WorkerResult
+from fleetd.remedy.messages import Command, Event, Record, Resumed, WorkerResult
 from fleetd.remedy.run import Run, RunState, WorkerPhase
 
 Step = tuple[Run, list[Command]]
@@ -49,6 +49,16 @@ def awaited(run: Run, worker: str, *phases: WorkerPhase) -> bool:
 
 def all_in(run: Run, *phases: WorkerPhase) -> bool:
     return all(w.phase in phases for w in run.workers)
+
+
+def reissued(
+    run: Run, event: Event, command: Callable[[str], Command], *phases: WorkerPhase
+) -> Step:
+    """After a restart (``Resumed``) each worker still in ``phases`` gets its command again:
+    its answer may have been lost with the old process. Any other event changes nothing."""
+    if isinstance(event, Resumed):
+        return run, [command(n) for n in workers_in(run, *phases)]
+    return run, []
 
 
 def add_evidence(run: Run, *lines: str) -> Run:

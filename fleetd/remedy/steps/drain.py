@@ -37,6 +37,7 @@ from fleetd.remedy.steps.common import (
     enter,
     gpu_list,
     name_list,
+    reissued,
     set_worker,
     worker_outcome,
     workers_in,
@@ -144,9 +145,7 @@ def on_planned(run: Run, event: Event, now: float) -> Step:
 
 
 def on_unrouting(run: Run, event: Event, now: float) -> Step:
-    if isinstance(event, UnrouteResult):
-        if not awaited(run, event.worker, WorkerPhase.UNROUTING):
-            return run, []
+    if isinstance(event, UnrouteResult) and awaited(run, event.worker, WorkerPhase.UNROUTING):
         if event.error is not None:
             run = set_worker(run, event.worker, detail=event.error)
             run = add_evidence(run, f"taking {event.worker} out of rotation failed: {event.error}")
@@ -156,9 +155,7 @@ def on_unrouting(run: Run, event: Event, now: float) -> Step:
         if all_in(run, WorkerPhase.UNROUTED):
             return after(cmds, _after_unrouted(run, now))
         return run, cmds
-    if isinstance(event, Resumed):
-        return run, [Unroute(n) for n in workers_in(run, WorkerPhase.UNROUTING)]
-    return run, []
+    return reissued(run, event, Unroute, WorkerPhase.UNROUTING)
 
 
 def on_balancer_wait(run: Run, event: Event, now: float) -> Step:
@@ -223,9 +220,7 @@ def on_quiescing(run: Run, event: Event, now: float) -> Step:
 
 
 def on_stopping(run: Run, event: Event, now: float) -> Step:
-    if isinstance(event, StopResult):
-        if not awaited(run, event.worker, WorkerPhase.STOPPING):
-            return run, []
+    if isinstance(event, StopResult) and awaited(run, event.worker, WorkerPhase.STOPPING):
         run, cmds = worker_outcome(
             run,
             event,
@@ -244,9 +239,7 @@ def on_stopping(run: Run, event: Event, now: float) -> Step:
         if all_in(run, WorkerPhase.STOPPED, WorkerPhase.STOP_FAILED):
             return after(cmds, _after_stopped(run, now))
         return run, cmds
-    if isinstance(event, Resumed):
-        return run, [StopUnit(n) for n in workers_in(run, WorkerPhase.STOPPING)]
-    return run, []
+    return reissued(run, event, StopUnit, WorkerPhase.STOPPING)
 
 
 def on_release_check(run: Run, event: Event, now: float) -> Step:

@@ -26,6 +26,7 @@ from fleetd.remedy.steps.common import (
     awaited,
     enter,
     name_list,
+    reissued,
     set_worker,
     worker_outcome,
     workers_in,
@@ -56,9 +57,7 @@ def start_readmitting(run: Run, now: float) -> Step:
 
 
 def on_starting(run: Run, event: Event, now: float) -> Step:
-    if isinstance(event, StartResult):
-        if not awaited(run, event.worker, WorkerPhase.STARTING):
-            return run, []
+    if isinstance(event, StartResult) and awaited(run, event.worker, WorkerPhase.STARTING):
         run, cmds = worker_outcome(
             run,
             event,
@@ -69,9 +68,7 @@ def on_starting(run: Run, event: Event, now: float) -> Step:
         if not workers_in(run, WorkerPhase.STARTING):
             return after(cmds, _start_await_ready(run, now))
         return run, cmds
-    if isinstance(event, Resumed):
-        return run, [StartUnit(n) for n in workers_in(run, WorkerPhase.STARTING)]
-    return run, []
+    return reissued(run, event, StartUnit, WorkerPhase.STARTING)
 
 
 def _start_await_ready(run: Run, now: float) -> Step:
@@ -132,9 +129,7 @@ def _conclude_readmission(run: Run, now: float) -> Step:
 
 def on_await_ready(run: Run, event: Event, now: float) -> Step:
     s = run.settings
-    if isinstance(event, ReadyResult):
-        if not awaited(run, event.worker, WorkerPhase.STARTED):
-            return run, []
+    if isinstance(event, ReadyResult) and awaited(run, event.worker, WorkerPhase.STARTED):
         if not event.ready:
             run = set_worker(run, event.worker, detail=event.detail)
             if run.next_at is None:
@@ -151,9 +146,7 @@ def on_await_ready(run: Run, event: Event, now: float) -> Step:
         if event.benchmark:
             cmds.append(Record("worker_benchmark", f"{event.worker}: {event.benchmark}"))
         return run, [*cmds, Reroute(event.worker)]
-    if isinstance(event, RerouteResult):
-        if not awaited(run, event.worker, WorkerPhase.READY):
-            return run, []
+    if isinstance(event, RerouteResult) and awaited(run, event.worker, WorkerPhase.READY):
         run, cmds = worker_outcome(
             run,
             event,

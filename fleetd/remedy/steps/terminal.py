@@ -15,7 +15,6 @@ from fleetd.remedy.messages import (
     ReleaseLease,
     Reroute,
     RerouteResult,
-    Resumed,
 )
 from fleetd.remedy.run import Plan, Run, RunState, WorkerPhase
 from fleetd.remedy.steps import evidence
@@ -27,6 +26,7 @@ from fleetd.remedy.steps.common import (
     gpu_list,
     name_list,
     plural,
+    reissued,
     worker_outcome,
     workers_in,
 )
@@ -149,9 +149,9 @@ def cancel(run: Run, event: Cancel, now: float) -> Step:
 
 
 def on_rolling_back(run: Run, event: Event, now: float) -> Step:
-    if isinstance(event, RerouteResult):
-        if not awaited(run, event.worker, WorkerPhase.UNROUTING, WorkerPhase.UNROUTED):
-            return run, []
+    if isinstance(event, RerouteResult) and awaited(
+        run, event.worker, WorkerPhase.UNROUTING, WorkerPhase.UNROUTED
+    ):
         run, cmds = worker_outcome(
             run,
             event,
@@ -163,11 +163,7 @@ def on_rolling_back(run: Run, event: Event, now: float) -> Step:
         if not workers_in(run, WorkerPhase.UNROUTING, WorkerPhase.UNROUTED):
             return after(cmds, abort(run, now, run.outcome or "aborted", page=run.page_on_abort))
         return run, cmds
-    if isinstance(event, Resumed):
-        return run, [
-            Reroute(n) for n in workers_in(run, WorkerPhase.UNROUTING, WorkerPhase.UNROUTED)
-        ]
-    return run, []
+    return reissued(run, event, Reroute, WorkerPhase.UNROUTING, WorkerPhase.UNROUTED)
 
 
 def on_terminal(run: Run, event: Event, now: float) -> Step:

@@ -10,6 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
+import requests
+
+from fleetd.remedy.config import ReadmitConfig, WorkersConfig
 from fleetd.vllm.client import Load, Readiness
 from fleetd.vllm.config import VllmWorkerConfig
 
@@ -39,6 +42,28 @@ class WorkerAdapter(Protocol):
     def reroute(self, worker: VllmWorkerConfig) -> None:
         """Back into rotation."""
         ...
+
+
+class AdapterBase:
+    """What every adapter is built from: the workers section, the readmit settings, the node
+    and one HTTP session; ``_configure`` reads the adapter's own part (or rejects the config)."""
+
+    def __init__(
+        self,
+        config: WorkersConfig,
+        readmit: ReadmitConfig,
+        *,
+        node: str,
+        session: requests.Session | None = None,
+    ) -> None:
+        self._cfg = config
+        self._readmit = readmit
+        self._node = node
+        self._session = session or requests.Session()
+        self._configure()
+
+    def _configure(self) -> None:
+        """The adapter's own settings, read once; ValueError if the config lacks them."""
 
 
 def placeholders(worker: VllmWorkerConfig, node: str) -> Mapping[str, str]:

@@ -9,34 +9,21 @@ and ``undrain`` puts it back. Placeholders: {worker} {unit} {url} {gpus} {node} 
 
 from __future__ import annotations
 
-import requests
-
 from fleetd.errors import RemedyError
 from fleetd.remedy.commands import render, run_command
-from fleetd.remedy.config import ReadmitConfig, WorkerCommandsConfig, WorkersConfig
-from fleetd.remedy.workers.base import placeholders
+from fleetd.remedy.config import WorkerCommandsConfig
+from fleetd.remedy.workers.base import AdapterBase, placeholders
 from fleetd.vllm.client import Load, Readiness, check_loaded, probe_completion
 from fleetd.vllm.config import VllmWorkerConfig
 
 
-class CommandWorkers:
-    def __init__(
-        self,
-        config: WorkersConfig,
-        readmit: ReadmitConfig,
-        *,
-        node: str,
-        session: requests.Session | None = None,
-    ) -> None:
-        if config.commands is None:
+class CommandWorkers(AdapterBase):
+    _cmds: WorkerCommandsConfig
+
+    def _configure(self) -> None:
+        if self._cfg.commands is None:
             raise ValueError("the command adapter needs remediation.workers.commands")
-        self._cmds: WorkerCommandsConfig = config.commands
-        self._timeout = config.command_timeout
-        self._stop_timeout = config.stop_timeout
-        self._http_timeout = config.http_timeout
-        self._readmit = readmit
-        self._node = node
-        self._session = session or requests.Session()
+        self._cmds = self._cfg.commands
 
     @property
     def undrained_when_ready(self) -> bool:
@@ -52,13 +39,13 @@ class CommandWorkers:
         return run_command(render(argv, placeholders(worker, self._node)), timeout=timeout).stdout
 
     def unroute(self, worker: VllmWorkerConfig) -> None:
-        self._run(self._cmds.drain, worker, self._timeout)
+        self._run(self._cmds.drain, worker, self._cfg.command_timeout)
 
     def reroute(self, worker: VllmWorkerConfig) -> None:
-        self._run(self._cmds.undrain, worker, self._timeout)
+        self._run(self._cmds.undrain, worker, self._cfg.command_timeout)
 
     def load(self, worker: VllmWorkerConfig) -> Load:
-        out = self._run(self._cmds.status, worker, self._timeout).strip()
+        out = self._run(self._cmds.status, worker, self._cfg.command_timeout).strip()
         first = out.split()[0] if out else ""
         try:
             in_flight = float(first)
@@ -71,18 +58,18 @@ class CommandWorkers:
     def stop(self, worker: VllmWorkerConfig) -> str | None:
         if self._cmds.stop is None:  # drain_stops_worker: the drain already ended it
             return "the drain command ends the worker (drain_stops_worker)"
-        self._run(self._cmds.stop, worker, self._stop_timeout)
+        self._run(self._cmds.stop, worker, self._cfg.stop_timeout)
         return None
 
     def start(self, worker: VllmWorkerConfig) -> None:
         if self._cmds.start is not None:
-            self._run(self._cmds.start, worker, self._timeout)
+            self._run(self._cmds.start, worker, self._cfg.command_timeout)
 
     def ready(self, worker: VllmWorkerConfig) -> Readiness:
         if self._cmds.ready is None:
             return self._probe(worker)
         argv = render(self._cmds.ready, placeholders(worker, self._node))
-        result = run_command(argv, timeout=self._timeout, check=False)
+        result = run_command(argv, timeout=self._cfg.command_timeout, check=False)
         if result.returncode == 0:
             return Readiness(True, result.stdout.strip()[:200])
         detail = (result.stderr.strip() or result.stdout.strip())[:200]
@@ -92,14 +79,14 @@ class CommandWorkers:
         """Loaded (health, model) first, while still drained; then the 1-token completion
         before or after ``undrain`` as configured. A worker that fails it after ``undrain``
         is drained again at once, so it does not keep taking traffic while it is retried."""
-        loaded = check_loaded(self._session, worker, timeout=self._http_timeout)
+        loaded = check_loaded(self._session, worker, timeout=self._cfg.http_timeout)
         if not loaded.ready or not self._readmit.completion_check:
             return loaded
         when = self._cmds.probe.replace("_", " ")
         if self._cmds.probe == "after_undrain":
             self.reroute(worker)
         probe = probe_completion(
-            self._session, worker, timeout=self._http_timeout, model=loaded.model
+            self._session, worker, timeout=self._cfg.http_timeout, model=loaded.model
         )
         if probe.ready:
             return Readiness(True, f"{loaded.detail}; {probe.detail} ({when})")

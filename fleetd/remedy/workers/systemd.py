@@ -8,12 +8,9 @@ start`` → /health, /v1/models (and optionally a 1-token completion) → rotati
 
 from __future__ import annotations
 
-import requests
-
 from fleetd.errors import RemedyError
 from fleetd.remedy.commands import run_command
-from fleetd.remedy.config import ReadmitConfig, WorkersConfig
-from fleetd.remedy.workers.base import placeholders
+from fleetd.remedy.workers.base import AdapterBase, placeholders
 from fleetd.remedy.workers.rotation import RotationHook
 from fleetd.vllm.client import Load, Readiness, check_ready, read_load
 from fleetd.vllm.config import VllmWorkerConfig
@@ -21,21 +18,10 @@ from fleetd.vllm.config import VllmWorkerConfig
 _STOPPED = frozenset({"inactive", "failed", "unknown"})
 
 
-class SystemdWorkers:
-    def __init__(
-        self,
-        config: WorkersConfig,
-        readmit: ReadmitConfig,
-        *,
-        node: str,
-        session: requests.Session | None = None,
-    ) -> None:
-        self._cfg = config
-        self._readmit = readmit
-        self._node = node
-        self._session = session or requests.Session()
+class SystemdWorkers(AdapterBase):
+    def _configure(self) -> None:
         self._rotation = RotationHook(
-            config.rotation, command_timeout=config.command_timeout, session=self._session
+            self._cfg.rotation, command_timeout=self._cfg.command_timeout, session=self._session
         )
 
     def unroute(self, worker: VllmWorkerConfig) -> None:

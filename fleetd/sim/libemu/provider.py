@@ -22,6 +22,7 @@ import threading
 import traceback
 from collections import Counter
 from collections.abc import Callable, Sequence
+from operator import setitem
 from types import ModuleType
 from typing import Any
 
@@ -29,6 +30,90 @@ from fleetd.sim import wrapper as w
 from fleetd.sim.raw import RawLibrary, SmiStatusError
 
 Handler = Callable[..., int | None]
+
+
+def _structure_out(lib: RawLibrary, symbol: str) -> Handler:
+    """The layer's record for the leading arguments, copied into the structure the last one
+    points at."""
+
+    def handler(*args: Any) -> None:
+        *inputs, out = args
+        fill(_target(out), getattr(lib, symbol)(*inputs))
+
+    return handler
+
+
+def _value_out(lib: RawLibrary, symbol: str) -> Handler:
+    """The layer's value for the leading arguments, written where the last one points."""
+
+    def handler(*args: Any) -> None:
+        *inputs, out = args
+        _need(out)[0] = getattr(lib, symbol)(*inputs)
+
+    return handler
+
+
+def _no_out(lib: RawLibrary, symbol: str) -> Handler:
+    """A call that changes the node and answers only its status."""
+
+    def handler(*args: Any) -> None:
+        getattr(lib, symbol)(*args)
+
+    return handler
+
+
+ONE_LINE_HANDLERS: dict[str, Callable[[RawLibrary, str], Handler]] = {
+    "amdsmi_init": _no_out,
+    "amdsmi_shut_down": _no_out,
+    "amdsmi_get_processor_type": _value_out,
+    "amdsmi_get_gpu_device_bdf": _structure_out,
+    "amdsmi_get_gpu_enumeration_info": _structure_out,
+    "amdsmi_get_gpu_asic_info": _structure_out,
+    "amdsmi_get_gpu_board_info": _structure_out,
+    "amdsmi_get_gpu_kfd_info": _structure_out,
+    "amdsmi_get_gpu_driver_info": _structure_out,
+    "amdsmi_get_gpu_vbios_info": _structure_out,
+    "amdsmi_get_fw_info": _structure_out,
+    "amdsmi_get_gpu_vram_info": _structure_out,
+    "amdsmi_get_temp_metric": _value_out,
+    "amdsmi_get_power_info": _structure_out,
+    "amdsmi_get_power_cap_info": _structure_out,
+    "amdsmi_get_gpu_activity": _structure_out,
+    "amdsmi_get_gpu_vram_usage": _structure_out,
+    "amdsmi_get_gpu_memory_total": _value_out,
+    "amdsmi_get_gpu_memory_usage": _value_out,
+    "amdsmi_get_clock_info": _structure_out,
+    "amdsmi_get_gpu_total_ecc_count": _structure_out,
+    "amdsmi_get_gpu_ecc_count": _structure_out,
+    "amdsmi_get_gpu_ecc_enabled": _value_out,
+    "amdsmi_get_gpu_ecc_status": _value_out,
+    "amdsmi_get_gpu_ras_feature_info": _structure_out,
+    "amdsmi_get_gpu_ras_block_features_enabled": _value_out,
+    "amdsmi_get_gpu_bad_page_threshold": _value_out,
+    "amdsmi_get_pcie_info": _structure_out,
+    "amdsmi_get_gpu_pci_replay_counter": _value_out,
+    "amdsmi_get_xgmi_info": _structure_out,
+    "amdsmi_gpu_xgmi_error_status": _value_out,
+    "amdsmi_reset_gpu_xgmi_error": _no_out,
+    "amdsmi_get_gpu_xgmi_link_status": _structure_out,
+    "amdsmi_get_link_metrics": _structure_out,
+    "amdsmi_topo_get_link_weight": _value_out,
+    "amdsmi_is_P2P_accessible": _value_out,
+    "amdsmi_topo_get_numa_node_number": _value_out,
+    "amdsmi_get_gpu_topo_numa_affinity": _value_out,
+    "amdsmi_set_gpu_compute_partition": _no_out,
+    "amdsmi_set_gpu_memory_partition": _no_out,
+    "amdsmi_get_gpu_metrics_header_info": _structure_out,
+    "amdsmi_get_gpu_metrics_info": _structure_out,
+    "amdsmi_get_violation_status": _structure_out,
+    "amdsmi_get_gpu_compute_process_info_by_pid": _structure_out,
+    "amdsmi_reset_gpu": _no_out,
+    "amdsmi_init_gpu_event_notification": _no_out,
+    "amdsmi_set_gpu_event_notification_mask": _no_out,
+    "amdsmi_stop_gpu_event_notification": _no_out,
+}
+"""The C calls whose whole handler is one line, and how their answer comes back (the
+layer's method is looked up at each call, as a handler written out would)."""
 
 
 class SimProvider:
@@ -50,6 +135,7 @@ class SimProvider:
         self._handlers: dict[str, Handler] = {
             name: getattr(self, name) for name in dir(type(self)) if name.startswith("amdsmi_")
         }
+        self._handlers.update({name: make(lib, name) for name, make in ONE_LINE_HANDLERS.items()})
         self._argtypes: dict[str, Sequence[Any]] = {}
         self._build = ctypes.create_string_buffer(b"")  # the build string a version points at
 
@@ -87,13 +173,7 @@ class SimProvider:
             raise ValueError(f"{len(raw)} arguments, the wrapper declares {len(argtypes)}")
         return [decode_argument(kind, value) for kind, value in zip(argtypes, raw, strict=True)]
 
-    # ------------------------------------------------------------------ lifecycle, discovery
-    def amdsmi_init(self, flags: int) -> None:
-        self.lib.amdsmi_init(flags)
-
-    def amdsmi_shut_down(self) -> None:
-        self.lib.amdsmi_shut_down()
-
+    # ------------------------------------------------------------------ discovery, identity
     def amdsmi_get_lib_version(self, out: Any) -> None:
         major, minor, release, build = self.lib.amdsmi_get_lib_version()
         version = _target(out)
@@ -102,16 +182,13 @@ class SimProvider:
         version.build = ctypes.cast(self._build, type(version.build))
 
     def amdsmi_get_socket_handles(self, count: Any, handles: Any) -> None:
-        _handles_out(self.lib.amdsmi_get_socket_handles(), count, handles)
+        _array_out(self.lib.amdsmi_get_socket_handles(), count, handles, setitem)
 
     def amdsmi_get_socket_info(self, socket: int, size: int, name: Any) -> None:
         _text_out(name, size, self.lib.amdsmi_get_socket_info(socket))
 
     def amdsmi_get_processor_handles(self, socket: int, count: Any, handles: Any) -> None:
-        _handles_out(self.lib.amdsmi_get_processor_handles(socket), count, handles)
-
-    def amdsmi_get_processor_type(self, handle: int, out: Any) -> None:
-        _need(out)[0] = self.lib.amdsmi_get_processor_type(handle)
+        _array_out(self.lib.amdsmi_get_processor_handles(socket), count, handles, setitem)
 
     def amdsmi_get_processor_handle_from_bdf(self, bdf: Any, out: Any) -> None:
         b = bdf.struct_amdsmi_bdf_t
@@ -120,48 +197,11 @@ class SimProvider:
         )
         _need(out)[0] = found
 
-    # ------------------------------------------------------------------ identity
-    def amdsmi_get_gpu_device_bdf(self, handle: int, out: Any) -> None:
-        fill(_target(out), self.lib.amdsmi_get_gpu_device_bdf(handle))
-
     def amdsmi_get_gpu_device_uuid(self, handle: int, length: Any, out: Any) -> None:
         size = _need(length)[0]
         _text_out(out, size, self.lib.amdsmi_get_gpu_device_uuid(handle))
 
-    def amdsmi_get_gpu_enumeration_info(self, handle: int, out: Any) -> None:
-        fill(_target(out), self.lib.amdsmi_get_gpu_enumeration_info(handle))
-
-    def amdsmi_get_gpu_asic_info(self, handle: int, out: Any) -> None:
-        fill(_target(out), self.lib.amdsmi_get_gpu_asic_info(handle))
-
-    def amdsmi_get_gpu_board_info(self, handle: int, out: Any) -> None:
-        fill(_target(out), self.lib.amdsmi_get_gpu_board_info(handle))
-
-    def amdsmi_get_gpu_kfd_info(self, handle: int, out: Any) -> None:
-        fill(_target(out), self.lib.amdsmi_get_gpu_kfd_info(handle))
-
-    def amdsmi_get_gpu_driver_info(self, handle: int, out: Any) -> None:
-        fill(_target(out), self.lib.amdsmi_get_gpu_driver_info(handle))
-
-    def amdsmi_get_gpu_vbios_info(self, handle: int, out: Any) -> None:
-        fill(_target(out), self.lib.amdsmi_get_gpu_vbios_info(handle))
-
-    def amdsmi_get_fw_info(self, handle: int, out: Any) -> None:
-        fill(_target(out), self.lib.amdsmi_get_fw_info(handle))
-
-    def amdsmi_get_gpu_vram_info(self, handle: int, out: Any) -> None:
-        fill(_target(out), self.lib.amdsmi_get_gpu_vram_info(handle))
-
-    # ------------------------------------------------------------------ temperature, power
-    def amdsmi_get_temp_metric(self, handle: int, sensor: int, metric: int, out: Any) -> None:
-        _need(out)[0] = self.lib.amdsmi_get_temp_metric(handle, sensor, metric)
-
-    def amdsmi_get_power_info(self, handle: int, out: Any) -> None:
-        fill(_target(out), self.lib.amdsmi_get_power_info(handle))
-
-    def amdsmi_get_power_cap_info(self, handle: int, sensor: int, out: Any) -> None:
-        fill(_target(out), self.lib.amdsmi_get_power_cap_info(handle, sensor))
-
+    # ------------------------------------------------------------------ power, ECC / RAS
     def amdsmi_get_energy_count(
         self, handle: int, accumulator: Any, resolution: Any, timestamp: Any
     ) -> None:
@@ -172,49 +212,11 @@ class SimProvider:
         resolution[0] = energy.counter_resolution
         timestamp[0] = energy.timestamp
 
-    # ------------------------------------------------------------------ activity, memory, clocks
-    def amdsmi_get_gpu_activity(self, handle: int, out: Any) -> None:
-        fill(_target(out), self.lib.amdsmi_get_gpu_activity(handle))
-
-    def amdsmi_get_gpu_vram_usage(self, handle: int, out: Any) -> None:
-        fill(_target(out), self.lib.amdsmi_get_gpu_vram_usage(handle))
-
-    def amdsmi_get_gpu_memory_total(self, handle: int, mem_type: int, out: Any) -> None:
-        _need(out)[0] = self.lib.amdsmi_get_gpu_memory_total(handle, mem_type)
-
-    def amdsmi_get_gpu_memory_usage(self, handle: int, mem_type: int, out: Any) -> None:
-        _need(out)[0] = self.lib.amdsmi_get_gpu_memory_usage(handle, mem_type)
-
-    def amdsmi_get_clock_info(self, handle: int, clk_type: int, out: Any) -> None:
-        fill(_target(out), self.lib.amdsmi_get_clock_info(handle, clk_type))
-
-    # ------------------------------------------------------------------ ECC / RAS
-    def amdsmi_get_gpu_total_ecc_count(self, handle: int, out: Any) -> None:
-        fill(_target(out), self.lib.amdsmi_get_gpu_total_ecc_count(handle))
-
-    def amdsmi_get_gpu_ecc_count(self, handle: int, block: int, out: Any) -> None:
-        fill(_target(out), self.lib.amdsmi_get_gpu_ecc_count(handle, block))
-
-    def amdsmi_get_gpu_ecc_enabled(self, handle: int, out: Any) -> None:
-        _need(out)[0] = self.lib.amdsmi_get_gpu_ecc_enabled(handle)
-
-    def amdsmi_get_gpu_ecc_status(self, handle: int, block: int, out: Any) -> None:
-        _need(out)[0] = self.lib.amdsmi_get_gpu_ecc_status(handle, block)
-
-    def amdsmi_get_gpu_ras_feature_info(self, handle: int, out: Any) -> None:
-        fill(_target(out), self.lib.amdsmi_get_gpu_ras_feature_info(handle))
-
-    def amdsmi_get_gpu_ras_block_features_enabled(self, handle: int, block: int, out: Any) -> None:
-        _need(out)[0] = self.lib.amdsmi_get_gpu_ras_block_features_enabled(handle, block)
-
     def amdsmi_get_gpu_bad_page_info(self, handle: int, count: Any, out: Any) -> None:
-        _records_out(self.lib.amdsmi_get_gpu_bad_page_info(handle), count, out)
+        _array_out(self.lib.amdsmi_get_gpu_bad_page_info(handle), count, out, _fill_at)
 
     def amdsmi_get_gpu_memory_reserved_pages(self, handle: int, count: Any, out: Any) -> None:
-        _records_out(self.lib.amdsmi_get_gpu_memory_reserved_pages(handle), count, out)
-
-    def amdsmi_get_gpu_bad_page_threshold(self, handle: int, out: Any) -> None:
-        _need(out)[0] = self.lib.amdsmi_get_gpu_bad_page_threshold(handle)
+        _array_out(self.lib.amdsmi_get_gpu_memory_reserved_pages(handle), count, out, _fill_at)
 
     def amdsmi_get_gpu_cper_entries(
         self,
@@ -254,29 +256,7 @@ class SimProvider:
             afids[i] = afid
         num_afids[0] = len(found)
 
-    # ------------------------------------------------------------------ PCIe
-    def amdsmi_get_pcie_info(self, handle: int, out: Any) -> None:
-        fill(_target(out), self.lib.amdsmi_get_pcie_info(handle))
-
-    def amdsmi_get_gpu_pci_replay_counter(self, handle: int, out: Any) -> None:
-        _need(out)[0] = self.lib.amdsmi_get_gpu_pci_replay_counter(handle)
-
     # ------------------------------------------------------------------ XGMI, topology
-    def amdsmi_get_xgmi_info(self, handle: int, out: Any) -> None:
-        fill(_target(out), self.lib.amdsmi_get_xgmi_info(handle))
-
-    def amdsmi_gpu_xgmi_error_status(self, handle: int, out: Any) -> None:
-        _need(out)[0] = self.lib.amdsmi_gpu_xgmi_error_status(handle)
-
-    def amdsmi_reset_gpu_xgmi_error(self, handle: int) -> None:
-        self.lib.amdsmi_reset_gpu_xgmi_error(handle)
-
-    def amdsmi_get_gpu_xgmi_link_status(self, handle: int, out: Any) -> None:
-        fill(_target(out), self.lib.amdsmi_get_gpu_xgmi_link_status(handle))
-
-    def amdsmi_get_link_metrics(self, handle: int, out: Any) -> None:
-        fill(_target(out), self.lib.amdsmi_get_link_metrics(handle))
-
     def amdsmi_get_link_topology_nearest(self, handle: int, link_type: int, out: Any) -> None:
         target = _target(out)
         found = self.lib.amdsmi_get_link_topology_nearest(handle, link_type)
@@ -290,9 +270,6 @@ class SimProvider:
         _need(kind)
         hops[0], kind[0] = self.lib.amdsmi_topo_get_link_type(src, dst)
 
-    def amdsmi_topo_get_link_weight(self, src: int, dst: int, out: Any) -> None:
-        _need(out)[0] = self.lib.amdsmi_topo_get_link_weight(src, dst)
-
     def amdsmi_get_minmax_bandwidth_between_processors(
         self, src: int, dst: int, low: Any, high: Any
     ) -> None:
@@ -300,38 +277,13 @@ class SimProvider:
         _need(high)
         low[0], high[0] = self.lib.amdsmi_get_minmax_bandwidth_between_processors(src, dst)
 
-    def amdsmi_is_P2P_accessible(self, src: int, dst: int, out: Any) -> None:
-        _need(out)[0] = self.lib.amdsmi_is_P2P_accessible(src, dst)
-
-    def amdsmi_topo_get_numa_node_number(self, handle: int, out: Any) -> None:
-        _need(out)[0] = self.lib.amdsmi_topo_get_numa_node_number(handle)
-
-    def amdsmi_get_gpu_topo_numa_affinity(self, handle: int, out: Any) -> None:
-        _need(out)[0] = self.lib.amdsmi_get_gpu_topo_numa_affinity(handle)
-
     def amdsmi_get_gpu_compute_partition(self, handle: int, out: Any, length: int) -> None:
         _text_out(out, length, self.lib.amdsmi_get_gpu_compute_partition(handle))
 
     def amdsmi_get_gpu_memory_partition(self, handle: int, out: Any, length: int) -> None:
         _text_out(out, length, self.lib.amdsmi_get_gpu_memory_partition(handle))
 
-    def amdsmi_set_gpu_compute_partition(self, handle: int, mode: int) -> None:
-        self.lib.amdsmi_set_gpu_compute_partition(handle, mode)
-
-    def amdsmi_set_gpu_memory_partition(self, handle: int, mode: int) -> None:
-        self.lib.amdsmi_set_gpu_memory_partition(handle, mode)
-
-    # ------------------------------------------------------------------ gpu_metrics, violations
-    def amdsmi_get_gpu_metrics_header_info(self, handle: int, out: Any) -> None:
-        fill(_target(out), self.lib.amdsmi_get_gpu_metrics_header_info(handle))
-
-    def amdsmi_get_gpu_metrics_info(self, handle: int, out: Any) -> None:
-        fill(_target(out), self.lib.amdsmi_get_gpu_metrics_info(handle))
-
-    def amdsmi_get_violation_status(self, handle: int, out: Any) -> None:
-        fill(_target(out), self.lib.amdsmi_get_violation_status(handle))
-
-    # ------------------------------------------------------------------ processes, reset
+    # ------------------------------------------------------------------ processes
     def amdsmi_get_gpu_process_list(self, handle: int, count: Any, out: Any) -> int | None:
         room = _need(count)[0]
         procs = self.lib.amdsmi_get_gpu_process_list(handle)
@@ -344,24 +296,9 @@ class SimProvider:
         return int(w.AMDSMI_STATUS_OUT_OF_RESOURCES) if len(procs) > room else None
 
     def amdsmi_get_gpu_compute_process_info(self, out: Any, count: Any) -> None:
-        _records_out(self.lib.amdsmi_get_gpu_compute_process_info(), count, out)
-
-    def amdsmi_get_gpu_compute_process_info_by_pid(self, pid: int, out: Any) -> None:
-        fill(_target(out), self.lib.amdsmi_get_gpu_compute_process_info_by_pid(pid))
-
-    def amdsmi_reset_gpu(self, handle: int) -> None:
-        self.lib.amdsmi_reset_gpu(handle)
+        _array_out(self.lib.amdsmi_get_gpu_compute_process_info(), count, out, _fill_at)
 
     # ------------------------------------------------------------------ KFD events
-    def amdsmi_init_gpu_event_notification(self, handle: int) -> None:
-        self.lib.amdsmi_init_gpu_event_notification(handle)
-
-    def amdsmi_set_gpu_event_notification_mask(self, handle: int, mask: int) -> None:
-        self.lib.amdsmi_set_gpu_event_notification_mask(handle, mask)
-
-    def amdsmi_stop_gpu_event_notification(self, handle: int) -> None:
-        self.lib.amdsmi_stop_gpu_event_notification(handle)
-
     def amdsmi_get_gpu_event_notification(self, timeout_ms: int, count: Any, out: Any) -> None:
         room = _need(count)[0]
         _need(out)
@@ -416,27 +353,23 @@ def _text_out(pointer: Any, size: int, text: str) -> None:
     ctypes.memmove(_address(pointer), data, len(data))
 
 
-def _handles_out(found: list[int], count: Any, handles: Any) -> None:
-    """The C pattern: a NULL array asks for the count; otherwise fill at most ``*count``."""
+def _array_out(
+    items: Sequence[Any], count: Any, array: Any, put: Callable[[Any, int, Any], None]
+) -> None:
+    """The C pattern: a NULL array asks for the count; otherwise fill at most ``*count``
+    (``put(array, i, item)`` writes one: a handle as it is, a record field by field)."""
     _need(count)
-    if not handles:
-        count[0] = len(found)
+    if not array:
+        count[0] = len(items)
         return
-    written = min(count[0], len(found))
+    written = min(count[0], len(items))
     for i in range(written):
-        handles[i] = found[i]
+        put(array, i, items[i])
     count[0] = written
 
 
-def _records_out(records: Sequence[Any], count: Any, out: Any) -> None:
-    _need(count)
-    if not out:
-        count[0] = len(records)
-        return
-    written = min(count[0], len(records))
-    for i in range(written):
-        fill(out[i], records[i])
-    count[0] = written
+def _fill_at(array: Any, i: int, record: Any) -> None:
+    fill(array[i], record)
 
 
 # ---------------------------------------------------------------------------------- filling
