@@ -57,6 +57,9 @@ def run(daemon: Daemon, clock: FakeClock, polls: int) -> None:
         daemon.deliver()
 
 
+UNCORRECTABLE_REPORTS = frozenset({"GpuEccUncorrectableError", "GpuKernelUncorrectableError"})
+
+
 def firing(daemon: Daemon) -> set[str]:
     return {a.key.rule for a in daemon.engine.alerts() if a.state == AlertState.FIRING}
 
@@ -75,17 +78,21 @@ def test_restart_neither_repages_nor_forgets_a_firing_alert(
     run(first, clock, 2)
     node.inject(3, "ecc_uncorrectable", persistent=True)
     run(first, clock, 4)
-    assert "GpuEccUncorrectableError" in firing(first)
+    # one incident, one alert: the first report's, the counters' or (the simulated kernel log
+    # is followed in real time, so a slow machine may see it first) the kernel line's
+    fired = firing(first) & UNCORRECTABLE_REPORTS
+    assert len(fired) == 1, firing(first)
+    [rule] = fired
     sent = [a for body in webhook for a in body["alerts"] if a["status"] == "firing"]
-    assert [a["labels"]["alertname"] for a in sent] == ["GpuEccUncorrectableError"]
+    assert [a["labels"]["alertname"] for a in sent] == [rule]
     first.stop()
 
     # the GPUs keep their state; a new daemon on the same database takes over
     second = daemon_on(node, clock, cfg)
     second.start()
-    assert "GpuEccUncorrectableError" in firing(second)  # not reset to healthy
+    assert rule in firing(second)  # not reset to healthy
     run(second, clock, 6)
-    assert "GpuEccUncorrectableError" in firing(second)
+    assert rule in firing(second)
     resent = [a for body in webhook for a in body["alerts"] if a["status"] == "firing"]
     assert len(resent) == 1  # not paged again
     second.stop()
