@@ -21,8 +21,11 @@ from fleetd.sim.libemu import SimProvider
 GPU_TIMEOUT = 5.0
 """Real seconds a GPU may take per poll: generous, so a loaded CI box never times out a
 healthy GPU on one face only."""
-HUNG_GPU_TIMEOUT = 1.0
-"""For nodes with a hung call: each face waits this long once, in parallel."""
+HUNG_GPU_TIMEOUT = 3.0
+"""For nodes with a hung call: each face waits this long once a poll, in parallel. Long
+enough that the real package's face, slower per call, reaches every healthy GPU within it on
+a slow or loaded machine (1 s let healthy GPUs time out "waiting for their turn" on that face
+only)."""
 
 
 def make_poller(backend: AmdSmiBackend, clock: FakeClock, gpu_timeout: float) -> Poller:
