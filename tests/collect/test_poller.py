@@ -129,11 +129,13 @@ def test_one_worker_thread_polls_every_gpu_in_turn_when_none_stalls(clock: FakeC
 
 
 def test_gpus_whose_turn_never_came_are_missing_with_timeout_and_say_why(clock: FakeClock):
-    # hand-offs every 0.1 s within a 0.4 s timeout: at most 4 workers, all stuck on GPUs 0-3,
-    # so GPUs 5-7 (after the hung GPU 4) never get a turn in this poll
-    rig = make_rig(clock, gpu_timeout=0.4, hand_off_after=0.1)
+    # hand-offs every 0.5 s within a 2 s timeout: at most 4 workers, all stuck on GPUs 0-3,
+    # so GPUs 5-7 (after the hung GPU 4) never get a turn in this poll (a 0.4 s timeout let a
+    # slow CI box leave the healthy poll's jobs running into the next poll)
+    rig = make_rig(clock, gpu_timeout=2.0, hand_off_after=0.5)
     try:
         healthy = rig.poll()
+        assert all(status.responsive for status in healthy.gpus), healthy.gpus
         hung = range(5)
         for gpu in hung:
             rig.node.inject(gpu, "hung_call", function="amdsmi_get_temp_metric")
@@ -143,7 +145,7 @@ def test_gpus_whose_turn_never_came_are_missing_with_timeout_and_say_why(clock: 
         for status in snapshot.gpus:
             assert not status.responsive
             if status.gpu.index in (5, 6, 7):
-                assert status.error == "timeout after 0.4s waiting for its turn"
+                assert status.error == "timeout after 2.0s waiting for its turn"
                 assert find(snapshot, "fleetd_gpu_up", status.gpu.index).value == 0
         stuck = {s.gpu.index for s in snapshot.gpus if "temperature" in (s.error or "")}
         assert stuck <= {0, 1, 2, 3}
