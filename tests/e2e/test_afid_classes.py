@@ -2,15 +2,18 @@
 engineer's PagerDuty receives. GPU 6's fatal HBM error (AFID 20, physical: replace the OAM)
 pages once and quarantines GPU 6 alone without any reset, the page saying what a person must
 do; GPU 3's poison (AFID 22, the reset class) pages once, is remediated by one hive reset and
-its page resolves when the run has verified the hive."""
+its page resolves when the run has verified the hive. ``fleetctl rma list`` names GPU 6 alone
+as needing a person, and exits 3."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from fleetd.cli.fleetctl_rma import EXIT_PHYSICAL
 from tests.e2e.harness import SCENARIOS, Node
 from tests.e2e.standins.pagerduty import Event
 
@@ -51,6 +54,8 @@ def test_each_afid_class_takes_its_action_and_pages_once(tmp_path: Path) -> None
         )
         status = node.fleetctl("status", node.address, "--timeout", "10")
         explain = node.fleetctl("explain", node.address, str(PHYSICAL_GPU), "--timeout", "10")
+        rma = node.fleetctl("rma", "list", node.address, "--physical", "--timeout", "10")
+        rma_json = node.fleetctl("rma", "list", node.address, "--json", "--timeout", "10")
         log = node.log_tail(400)
 
     # GPU 6, physical: one fault page, one quarantine page naming the action; no reset
@@ -76,3 +81,12 @@ def test_each_afid_class_takes_its_action_and_pages_once(tmp_path: Path) -> None
     # the engineer's view: GPU 6 is out of service, and explain says why
     assert status.returncode != 0, status.stdout
     assert "quarantin" in (explain.stdout + explain.stderr).lower(), explain.stdout + log[-2000:]
+
+    # the RMA book: GPU 6 alone needs a person (exit 3), its decision names the physical class
+    assert rma.returncode == EXIT_PHYSICAL, rma.stdout + rma.stderr
+    records = json.loads(rma_json.stdout)["records"]
+    needing = {r["gpu"]: r for r in records if r["physical_action_needed"]}
+    assert set(needing) == {PHYSICAL_GPU}, [(r["gpu"], r["open_decision"]) for r in records]
+    decision = needing[PHYSICAL_GPU]["open_decision"]
+    assert 20 in decision["afids"], decision
+    assert needing[PHYSICAL_GPU]["serial"] in rma.stdout and "NEEDED" in rma.stdout, rma.stdout
