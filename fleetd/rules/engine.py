@@ -474,7 +474,9 @@ class RuleEngine:
 
     def _alert_for(self, rule: Rule, labels: Labels, value: float) -> Alert:
         label_map = dict(labels)
-        full = dict(label_map)
+        # As in Prometheus, an empty value is no label: a page must not say "afid=" for a
+        # report that carried no AFID (the series keeps its full label set).
+        full = {name: value for name, value in label_map.items() if value}
         full.update(rule.labels)
         full["alertname"] = rule.name
         full["severity"] = rule.severity.value

@@ -365,3 +365,33 @@ def test_the_api_can_read_while_the_tick_evaluates(tmp_path: Path, node: Node) -
         done.set()
         reader.join()
     assert errors == []
+
+
+def test_an_empty_label_value_is_no_label_on_the_alert(tmp_path: Path) -> None:
+    """As in Prometheus: a series' ``afid=""`` (the report had none) is not put on the page,
+    while the template still renders it as empty and the alert keeps one identity."""
+    clock = FakeClock(T0)
+    window = MemoryWindow(retention=86400)
+    engine = engine_for(
+        tmp_path,
+        """
+rules:
+  - name: Fault
+    expr: incident
+    op: "=="
+    threshold: 1
+    severity: critical
+    annotations: {summary: "GPU {{ $labels.gpu }} AFID [{{ $labels.afid }}]"}
+""",
+    )
+    labels = make_labels({"gpu": 3, "uuid": "U3", "afid": "", "action": "", "source": "kernel"})
+    transitions = []
+    for _ in range(2):
+        now = clock.advance(5.0)
+        window.append([Reading("incident", labels, 1.0, now)])
+        transitions += engine.evaluate(window, now)
+    [fired] = [t.alert for t in transitions if t.current == F]
+    shown = dict(fired.labels)
+    assert "afid" not in shown and "action" not in shown, shown
+    assert shown["source"] == "kernel" and shown["gpu"] == "3", shown
+    assert dict(fired.annotations)["summary"] == "GPU 3 AFID []"
