@@ -150,6 +150,16 @@ def _grid(rows: list[list[int]], limit: int, **kw: bool) -> list[list[Any]]:
     return [_na_list(row, top, activity) for row in rows]
 
 
+def _compute_process(p: r.ProcessInfo) -> dict[str, int]:
+    """One ``amdsmi_process_info_t`` as both compute-process calls return it."""
+    return {
+        "process_id": p.process_id,
+        "vram_usage": p.vram_usage,
+        "sdma_usage": p.sdma_usage,
+        "cu_occupancy": p.cu_occupancy,
+    }
+
+
 def _xcp(stats: list[r.XcpMetrics], name: str, limit: int, activity: bool = False) -> list[Any]:
     top = int(limit)
     return [_na_list(getattr(x, name), top, activity) for x in stats]
@@ -930,26 +940,12 @@ class SimulatedAmdSmi(AmdSmiModuleSurface):
         ]
 
     def amdsmi_get_gpu_compute_process_info(self) -> list[dict[str, int]]:
-        return [
-            {
-                "process_id": p.process_id,
-                "vram_usage": p.vram_usage,
-                "sdma_usage": p.sdma_usage,
-                "cu_occupancy": p.cu_occupancy,
-            }
-            for p in _invoke(self.lib.amdsmi_get_gpu_compute_process_info)
-        ]
+        return [_compute_process(p) for p in _invoke(self.lib.amdsmi_get_gpu_compute_process_info)]
 
     def amdsmi_get_gpu_compute_process_info_by_pid(self, pid: Any) -> dict[str, int]:
         if not isinstance(pid, int):
             raise exc.AmdSmiParameterException(pid, int)
-        p = _invoke(self.lib.amdsmi_get_gpu_compute_process_info_by_pid, pid)
-        return {
-            "process_id": p.process_id,
-            "vram_usage": p.vram_usage,
-            "sdma_usage": p.sdma_usage,
-            "cu_occupancy": p.cu_occupancy,
-        }
+        return _compute_process(_invoke(self.lib.amdsmi_get_gpu_compute_process_info_by_pid, pid))
 
     def amdsmi_reset_gpu(self, processor_handle: Any) -> None:
         _invoke(self.lib.amdsmi_reset_gpu, _handle(processor_handle))

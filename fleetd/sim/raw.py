@@ -20,6 +20,7 @@ import struct
 import time
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import TypeVar
 
 from fleetd.sim import records as r
 from fleetd.sim import wrapper as w
@@ -50,6 +51,7 @@ RAS_EEPROM_VERSION = 0x30000
 RAS_SCHEMA = 0b1110  # single-bit, double-bit, poison
 DEEP_SLEEP_MHZ = 140
 CALLER_NAME = "fleetd"  # the KFD client the VRAM fallback makes of the caller
+_R = TypeVar("_R")
 
 _COMPUTE_NAMES = {
     w.AMDSMI_COMPUTE_PARTITION_SPX: "SPX",
@@ -300,9 +302,11 @@ class RawLibrary:
             raise
         return gpu
 
-    def _finish(self, gpu: SimGpu, function: str, record: object) -> None:
+    def _finish(self, gpu: SimGpu, function: str, record: _R) -> _R:
+        """``record`` with the fields the GPU's faults leave unset for ``function`` masked."""
         for field_path, sentinel in self.node.field_masks(gpu.index, function):
             r.mask(record, field_path, sentinel)
+        return record
 
     def amdsmi_get_processor_type(self, processor_handle: int) -> int:
         with self._call(processor_handle, "amdsmi_get_processor_type"):
@@ -333,8 +337,7 @@ class RawLibrary:
             i = gpu.ident
             p = self.partition_for_handle(processor_handle)
             rec = r.EnumerationInfo(p.drm_render, p.drm_card, p.node_id, p.hip_id, i.hip_uuid)
-            self._finish(gpu, func, rec)
-            return rec
+            return self._finish(gpu, func, rec)
 
     def amdsmi_get_gpu_asic_info(self, processor_handle: int) -> r.AsicInfo:
         func = "amdsmi_get_gpu_asic_info"
@@ -353,8 +356,7 @@ class RawLibrary:
                 target_graphics_version=s.gfx_target,
                 subsystem_id=s.subsystem_id,
             )
-            self._finish(gpu, func, rec)
-            return rec
+            return self._finish(gpu, func, rec)
 
     def amdsmi_get_gpu_board_info(self, processor_handle: int) -> r.BoardInfo:
         with self._call(processor_handle, "amdsmi_get_gpu_board_info") as gpu:
@@ -371,8 +373,7 @@ class RawLibrary:
         with self._call(processor_handle, func) as gpu:
             p = self.partition_for_handle(processor_handle)
             rec = r.KfdInfo(gpu.ident.kfd_id + p.partition_id, p.node_id, p.partition_id)
-            self._finish(gpu, func, rec)
-            return rec
+            return self._finish(gpu, func, rec)
 
     def amdsmi_get_gpu_driver_info(self, processor_handle: int) -> r.DriverInfo:
         with self._call(processor_handle, "amdsmi_get_gpu_driver_info") as gpu:
@@ -394,8 +395,7 @@ class RawLibrary:
             rec = r.FwInfo(num_fw_info=len(blocks))
             for k, (block, version) in enumerate(blocks):
                 rec.fw_info_list[k] = r.FwInfoEntry(fw_id=block, fw_version=version)
-            self._finish(gpu, func, rec)
-            return rec
+            return self._finish(gpu, func, rec)
 
     def amdsmi_get_gpu_vram_info(self, processor_handle: int) -> r.VramInfo:
         func = "amdsmi_get_gpu_vram_info"
@@ -404,8 +404,7 @@ class RawLibrary:
             rec = r.VramInfo(
                 s.vram_type, s.vram_vendor, s.vram_mb, s.vram_bit_width, s.vram_max_bandwidth_gbs
             )
-            self._finish(gpu, func, rec)
-            return rec
+            return self._finish(gpu, func, rec)
 
     # ------------------------------------------------------------------ temperature, power
     def amdsmi_get_temp_metric(self, processor_handle: int, sensor_type: int, metric: int) -> int:
@@ -450,8 +449,7 @@ class RawLibrary:
                 mem_voltage=0,
                 power_limit=gpu.spec.power_cap_w,
             )
-            self._finish(gpu, func, rec)
-            return rec
+            return self._finish(gpu, func, rec)
 
     def amdsmi_get_power_cap_info(
         self, processor_handle: int, sensor_ind: int = 0
@@ -466,8 +464,7 @@ class RawLibrary:
                 min_power_cap=s.min_power_cap_w * 1_000_000,
                 max_power_cap=s.power_cap_w * 1_000_000,
             )
-            self._finish(gpu, func, rec)
-            return rec
+            return self._finish(gpu, func, rec)
 
     def _energy_ticks(self, gpu: SimGpu) -> int:
         return int(gpu.energy_j * 1e6 / ENERGY_RESOLUTION_UJ)
@@ -480,8 +477,7 @@ class RawLibrary:
                 counter_resolution=ENERGY_RESOLUTION_UJ,
                 timestamp=int(gpu.uptime_s * 1e9),
             )
-            self._finish(gpu, func, rec)
-            return rec
+            return self._finish(gpu, func, rec)
 
     # ------------------------------------------------------------------ activity, memory, clocks
     def _activity(self, gpu: SimGpu) -> tuple[int, int]:
@@ -497,15 +493,13 @@ class RawLibrary:
         with self._call(processor_handle, func) as gpu:
             gfx, umc = self._activity(gpu)
             rec = r.EngineUsage(gfx, umc, 0)
-            self._finish(gpu, func, rec)
-            return rec
+            return self._finish(gpu, func, rec)
 
     def amdsmi_get_gpu_vram_usage(self, processor_handle: int) -> r.VramUsage:
         func = "amdsmi_get_gpu_vram_usage"
         with self._call(processor_handle, func) as gpu:
             rec = r.VramUsage(gpu.spec.vram_mb, self.node.vram_used_bytes(gpu) // MIB)
-            self._finish(gpu, func, rec)
-            return rec
+            return self._finish(gpu, func, rec)
 
     def amdsmi_get_gpu_memory_total(self, processor_handle: int, mem_type: int) -> int:
         args = tuple(_names(AmdSmiMemoryType, mem_type))
@@ -554,8 +548,7 @@ class RawLibrary:
                 raise SmiStatusError(w.AMDSMI_STATUS_NOT_SUPPORTED)
             cur, lo, hi = clocks[clk_type]
             rec = r.ClkInfo(cur, lo, hi, 0, 1 if cur < DEEP_SLEEP_MHZ else 0)
-            self._finish(gpu, func, rec)
-            return rec
+            return self._finish(gpu, func, rec)
 
     # ------------------------------------------------------------------ ECC / RAS
     def amdsmi_get_gpu_total_ecc_count(self, processor_handle: int) -> r.ErrorCount:
@@ -565,8 +558,7 @@ class RawLibrary:
             rec = r.ErrorCount(
                 sum(c[0] for c in counts), sum(c[1] for c in counts), sum(c[2] for c in counts)
             )
-            self._finish(gpu, func, rec)
-            return rec
+            return self._finish(gpu, func, rec)
 
     def _block(self, block: int) -> str | None:
         names = [n for n in _names(AmdSmiGpuBlock, block) if n in ENABLED_BLOCKS]
@@ -580,8 +572,7 @@ class RawLibrary:
                 raise SmiStatusError(w.AMDSMI_STATUS_NOT_SUPPORTED)
             ce, ue, de = gpu.ecc[name]
             rec = r.ErrorCount(int(ce), int(ue), int(de))
-            self._finish(gpu, func, rec)
-            return rec
+            return self._finish(gpu, func, rec)
 
     def amdsmi_get_gpu_ecc_enabled(self, processor_handle: int) -> int:
         with self._call(processor_handle, "amdsmi_get_gpu_ecc_enabled"):
@@ -609,8 +600,7 @@ class RawLibrary:
         func = "amdsmi_get_gpu_ras_feature_info"
         with self._call(processor_handle, func) as gpu:
             rec = r.RasFeature(RAS_EEPROM_VERSION, RAS_SCHEMA)
-            self._finish(gpu, func, rec)
-            return rec
+            return self._finish(gpu, func, rec)
 
     def amdsmi_get_gpu_ras_block_features_enabled(self, processor_handle: int, block: int) -> int:
         func = "amdsmi_get_gpu_ras_block_features_enabled"
@@ -660,8 +650,7 @@ class RawLibrary:
                     pcie_lc_perf_other_end_recovery_count=int(p["other"]),
                 ),
             )
-            self._finish(gpu, func, rec)
-            return rec
+            return self._finish(gpu, func, rec)
 
     def amdsmi_get_gpu_pci_replay_counter(self, processor_handle: int) -> int:
         with self._call(processor_handle, "amdsmi_get_gpu_pci_replay_counter") as gpu:
@@ -784,8 +773,7 @@ class RawLibrary:
         func = "amdsmi_get_xgmi_info"
         with self._call(processor_handle, func) as gpu:
             rec = r.XgmiInfo(gpu.spec.xgmi_lanes, gpu.hive_id, gpu.ident.xgmi_node_id, gpu.index)
-            self._finish(gpu, func, rec)
-            return rec
+            return self._finish(gpu, func, rec)
 
     def amdsmi_gpu_xgmi_error_status(self, processor_handle: int) -> int:
         with self._call(processor_handle, "amdsmi_gpu_xgmi_error_status") as gpu:
@@ -817,8 +805,7 @@ class RawLibrary:
             ]
             links = len(ports)
             rec = r.XgmiLinkStatus(links, status + [w.AMDSMI_XGMI_LINK_DISABLE] * (8 - links))
-            self._finish(gpu, func, rec)
-            return rec
+            return self._finish(gpu, func, rec)
 
     def amdsmi_get_link_metrics(self, processor_handle: int) -> r.LinkMetrics:
         func = "amdsmi_get_link_metrics"
@@ -834,8 +821,7 @@ class RawLibrary:
                     read=int(gpu.xgmi_read_kb[k]),
                     write=int(gpu.xgmi_write_kb[k]),
                 )
-            self._finish(gpu, func, rec)
-            return rec
+            return self._finish(gpu, func, rec)
 
     def amdsmi_get_link_topology_nearest(self, processor_handle: int, link_type: int) -> list[int]:
         """Handles (pointer values) of the nearest GPUs over ``link_type``: the hive for XGMI."""
@@ -949,8 +935,7 @@ class RawLibrary:
         func = "amdsmi_get_gpu_metrics_info"
         with self._call(processor_handle, func) as gpu:
             rec = self._metrics(gpu)
-            self._finish(gpu, func, rec)
-            return rec
+            return self._finish(gpu, func, rec)
 
     def _metrics(self, gpu: SimGpu) -> r.GpuMetrics:
         s, node = gpu.spec, self.node
@@ -1123,8 +1108,7 @@ class RawLibrary:
                 grid = [[empty] * 8 for _ in range(8)]
                 grid[0] = [value] * xcc + [empty] * (8 - xcc)
                 setattr(rec, name, grid)
-            self._finish(gpu, func, rec)
-            return rec
+            return self._finish(gpu, func, rec)
 
     # ------------------------------------------------------------------ processes, reset
     def amdsmi_get_gpu_process_list(self, processor_handle: int) -> list[r.ProcInfo]:
@@ -1142,8 +1126,7 @@ class RawLibrary:
                     container_name="",
                     cu_occupancy=round(gpu.load * 100),
                 )
-                self._finish(gpu, func, rec)
-                out.append(rec)
+                out.append(self._finish(gpu, func, rec))
             if len(out) > 1024:
                 raise SmiStatusError(w.AMDSMI_STATUS_OUT_OF_RESOURCES)
             return out
