@@ -2,12 +2,14 @@
 
 One place decides field names (snake_case), units (in the name: ``_c``, ``_w``, ``_s``,
 ``_bytes``) and time (Unix seconds), so every endpoint and fleetctl agree. Missing values
-are ``null``, never zero.
+are ``null``, never zero. A value type whose fields already are the API's keys, in the API's
+order and with JSON values, is shown with ``dataclasses.asdict``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import asdict
 from typing import Any
 
 from fleetd.alert.notification import HeldAlert
@@ -146,27 +148,9 @@ def run_view(run: Run) -> Json:
         "outcome": run.outcome,
         "problems": list(run.last_problems),
         "evidence": list(run.evidence),
-        "bundles": [
-            {"phase": b.phase, "path": b.path, "sha256": b.sha256, "size": b.size}
-            for b in run.bundles
-        ],
+        "bundles": [asdict(b) for b in run.bundles],
         "validators": list(run.settings.validators),
-        "validation": [
-            {
-                "name": o.name,
-                "kind": o.kind,
-                "ok": o.ok,
-                "summary": o.summary,
-                "attempt": o.attempt,
-                "started_at": o.started_at,
-                "duration": o.duration,
-                "exit_code": o.exit_code,
-                "timed_out": o.timed_out,
-                "target": o.target,
-                "output": o.output,
-            }
-            for o in run.validation
-        ],
+        "validation": [asdict(o) for o in run.validation],
     }
 
 
@@ -190,7 +174,7 @@ def remediation_event_view(event: RemediationEvent) -> Json:
 
 
 def pause_view(state: PauseState) -> Json:
-    return {"paused": state.paused, "by": state.by, "reason": state.reason, "at": state.at}
+    return asdict(state)
 
 
 def breaker_view(state: BreakerStatus) -> Json:
@@ -223,14 +207,7 @@ def event_view(event: Event) -> Json:
 
 
 def rule_status_view(status: RuleStatus) -> Json:
-    return {
-        "rule": status.rule,
-        "health": status.health,
-        "last_error": status.last_error,
-        "last_eval_at": status.last_eval_at,
-        "last_duration_s": status.last_duration_s,
-        "failures_total": status.failures_total,
-    }
+    return asdict(status)
 
 
 def severity_counts(severities: Iterable[str]) -> dict[str, int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Literal
+from typing import ClassVar, Literal
 
 from fleetd.query import Matcher
 
@@ -68,10 +68,7 @@ class VectorMatching:
 class Number:
     value: float
     pos: int = field(default=0, compare=False)
-
-    @property
-    def type(self) -> ValueType:
-        return "scalar"
+    type: ClassVar[ValueType] = "scalar"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,10 +78,7 @@ class Selector:
     metric: str
     matchers: tuple[Matcher, ...] = ()
     pos: int = field(default=0, compare=False)
-
-    @property
-    def type(self) -> ValueType:
-        return "vector"
+    type: ClassVar[ValueType] = "vector"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,10 +88,7 @@ class RangeSelector:
     selector: Selector
     range_s: float
     pos: int = field(default=0, compare=False)
-
-    @property
-    def type(self) -> ValueType:
-        return "range"
+    type: ClassVar[ValueType] = "range"
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,10 +98,7 @@ class Call:
     func: str
     args: tuple[Node, ...]
     pos: int = field(default=0, compare=False)
-
-    @property
-    def type(self) -> ValueType:
-        return "vector"
+    type: ClassVar[ValueType] = "vector"
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,10 +110,7 @@ class Aggregate:
     grouping: tuple[str, ...] = ()
     without: bool = False
     pos: int = field(default=0, compare=False)
-
-    @property
-    def type(self) -> ValueType:
-        return "vector"
+    type: ClassVar[ValueType] = "vector"
 
 
 @dataclass(frozen=True, slots=True)
