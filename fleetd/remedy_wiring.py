@@ -18,6 +18,7 @@ from fleetd.config import FleetdConfig
 from fleetd.remedy.bundle import BundleStore
 from fleetd.remedy.events import ChangeSink, EventSink
 from fleetd.remedy.evidence import EvidenceCapture
+from fleetd.remedy.executor import RemediationParts
 from fleetd.remedy.holders import KfdInspector
 from fleetd.remedy.journal import RunJournal
 from fleetd.remedy.lease import FleetLease, SqlFleetLease
@@ -78,7 +79,7 @@ def build_remediation(
         afids=lambda: made[0].afid_table() if made else None,
         tickets=config.remediation.validation.ticket.enabled,
     )
-    remediation = Remediation(
+    parts = RemediationParts(
         node=config.node.name,
         config=config.remediation,
         workers=config.vllm.workers,
@@ -98,6 +99,7 @@ def build_remediation(
         ),
         rma=rma,
     )
+    remediation = Remediation(parts)
     made.append(remediation)
     return remediation
 

@@ -59,53 +59,56 @@ PASSING_OUTPUT_BYTES = 2048  # of a passing validator's output; a failing one ke
 _MAX_TICKS_PER_RUN = 64  # zero-wait runs advance many steps per tick; a stuck one cannot spin
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemediationParts:
+    """What one node's remediation is built from (``fleetd.remedy_wiring`` fills it): the
+    ``Remediation`` facade and its ``Executor`` are given the same parts."""
+
+    node: str
+    config: RemediationConfig
+    workers: Sequence[VllmWorkerConfig]
+    backend: GpuControl
+    poller: HealthPoller
+    adapter: WorkerAdapter
+    journal: RunJournal
+    lease: FleetLease
+    clock: Clock
+    sink: ChangeSink | None = None
+    events: EventSink | None = None
+    alerts: AlertView | None = None
+    kfd: KfdInspector | None = None
+    evidence: EvidenceCapture | None = None
+    benchmark: BenchmarkGate | None = None
+    rma: RmaBook | None = None
+
+
 class Executor:
     """Drives this node's runs; one instance per daemon, ticked from one thread."""
 
-    def __init__(
-        self,
-        *,
-        node: str,
-        config: RemediationConfig,
-        journal: RunJournal,
-        backend: GpuControl,
-        poller: HealthPoller,
-        adapter: WorkerAdapter,
-        workers: Sequence[VllmWorkerConfig],
-        lease: FleetLease,
-        clock: Clock,
-        sink: ChangeSink | None = None,
-        events: EventSink | None = None,
-        alerts: AlertView | None = None,
-        kfd: KfdInspector | None = None,
-        own_pid: int | None = None,
-        evidence: EvidenceCapture | None = None,
-        benchmark: BenchmarkGate | None = None,
-        rma: RmaBook | None = None,
-    ) -> None:
-        self.node = node
-        self.evidence = evidence
-        self.rma = rma
+    def __init__(self, parts: RemediationParts, *, own_pid: int | None = None) -> None:
+        self.node = parts.node
+        self.evidence = parts.evidence
+        self.rma = parts.rma
         self._rma_done: set[str] = set()  # runs whose RMA records this process wrote
-        self._rma_checked = rma is None
-        self._benchmark = benchmark
-        self._cfg = config
-        self._kfd = kfd or KfdInspector()
+        self._rma_checked = parts.rma is None
+        self._benchmark = parts.benchmark
+        self._cfg = parts.config
+        self._kfd = parts.kfd or KfdInspector()
         self._own_pid = os.getpid() if own_pid is None else own_pid
-        self._alerts = alerts
+        self._alerts = parts.alerts
         self._fault_events: FaultEvents | None = None
-        self._journal = journal
-        self._backend = backend
+        self._journal = parts.journal
+        self._backend = parts.backend
         self._modes_before: dict[str, dict[str, tuple[str | None, str | None]]] = {}
         """Partition modes per physical GPU read just before each run's reset (in memory: a
         run resumed after a restart re-enumerates without the mode check)."""
-        self._poller = poller
-        self._adapter = adapter
-        self._workers: Mapping[str, VllmWorkerConfig] = {w.name: w for w in workers}
-        self._lease = lease
-        self._clock = clock
-        self._sink = sink
-        self._event_sink = events
+        self._poller = parts.poller
+        self._adapter = parts.adapter
+        self._workers: Mapping[str, VllmWorkerConfig] = {w.name: w for w in parts.workers}
+        self._lease = parts.lease
+        self._clock = parts.clock
+        self._sink = parts.sink
+        self._event_sink = parts.events
         self._runs: dict[str, m.Run] = {}
         self._seq: dict[str, int] = {}
         self._resume: set[str] = set()
@@ -113,9 +116,9 @@ class Executor:
         self.validators_s = 0.0  # of which the validators' own runtime (bench)
         self.validate_s = 0.0  # the validator commands' carrying out, parsing included (bench)
         self._redeliver = True  # events of a previous life may still be undelivered
-        for run in journal.active(node):
+        for run in self._journal.active(self.node):
             self._runs[run.run_id] = run
-            self._seq[run.run_id] = journal.last_seq(run.run_id)
+            self._seq[run.run_id] = self._journal.last_seq(run.run_id)
             self._resume.add(run.run_id)
             log.info("remediation_run_resumed", run_id=run.run_id, state=run.state.value)
         self._stale_leases_checked = False

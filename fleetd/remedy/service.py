@@ -21,7 +21,6 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from fleetd.clock import Clock
 from fleetd.errors import RemedyError
 from fleetd.events.afid import AfidTable
 from fleetd.logs import get_logger
@@ -29,13 +28,10 @@ from fleetd.model import AlertState, GpuIdentity, Reading, Transition, make_labe
 from fleetd.query import Query
 from fleetd.remedy import machine as m
 from fleetd.remedy.codec import run_to_dict
-from fleetd.remedy.config import RemediationConfig
-from fleetd.remedy.events import ChangeSink, EventSink, RemediationEvent, alert_key
-from fleetd.remedy.evidence import EvidenceCapture
-from fleetd.remedy.executor import Executor
-from fleetd.remedy.holders import KfdInspector
+from fleetd.remedy.events import RemediationEvent, alert_key
+from fleetd.remedy.executor import Executor, RemediationParts
 from fleetd.remedy.journal import PauseState, RunJournal
-from fleetd.remedy.lease import BreakerStatus, FleetLease
+from fleetd.remedy.lease import BreakerStatus
 from fleetd.remedy.policy import (
     PLAN_RANK,
     Decision,
@@ -49,12 +45,11 @@ from fleetd.remedy.policy import (
     trigger_of,
     wants_remediation,
 )
-from fleetd.remedy.ports import AlertView, FaultEvents, GpuControl, HealthPoller
+from fleetd.remedy.ports import FaultEvents
 from fleetd.remedy.proactive import ProactiveScheduler, hives
-from fleetd.remedy.rma import RmaBook, RmaRecord
+from fleetd.remedy.rma import RmaRecord
 from fleetd.remedy.validation_config import ladder_for
-from fleetd.remedy.workers.base import WorkerAdapter
-from fleetd.vllm.benchmark import Baseline, BenchmarkGate, ProbeError
+from fleetd.vllm.benchmark import Baseline, ProbeError
 from fleetd.vllm.config import VllmWorkerConfig
 
 log = get_logger("remedy")
@@ -127,59 +122,22 @@ def run_summary(run: m.Run) -> dict[str, Any]:
 class Remediation:
     """One node's remediation: policy, executor, journal and the manual controls."""
 
-    def __init__(
-        self,
-        *,
-        node: str,
-        config: RemediationConfig,
-        workers: Sequence[VllmWorkerConfig],
-        backend: GpuControl,
-        poller: HealthPoller,
-        adapter: WorkerAdapter,
-        journal: RunJournal,
-        lease: FleetLease,
-        clock: Clock,
-        sink: ChangeSink | None = None,
-        events: EventSink | None = None,
-        alerts: AlertView | None = None,
-        new_id: Callable[[], str] | None = None,
-        kfd: KfdInspector | None = None,
-        evidence: EvidenceCapture | None = None,
-        benchmark: BenchmarkGate | None = None,
-        rma: RmaBook | None = None,
-    ) -> None:
-        self.node = node
-        self.config = config
-        self.benchmark = benchmark
-        self._local_mode = config.mode  # fleetd.yaml's; a registry wave may set another
-        self._workers = list(workers)
-        self._backend = backend
-        self._journal = journal
-        self._lease = lease
+    def __init__(self, parts: RemediationParts, *, new_id: Callable[[], str] | None = None) -> None:
+        self.node = parts.node
+        self.config = parts.config
+        self.benchmark = parts.benchmark
+        self._local_mode = parts.config.mode  # fleetd.yaml's; a registry wave may set another
+        self._workers = list(parts.workers)
+        self._backend = parts.backend
+        self._journal = parts.journal
+        self._lease = parts.lease
         self._new_id = new_id or (lambda: uuid.uuid4().hex[:16])
         self._lock = threading.RLock()
         self._events: FaultEvents | None = None
         self._classified: set[str] = set()  # runs whose incident's AFID class was noted
-        self.executor = Executor(
-            node=node,
-            config=config,
-            journal=journal,
-            backend=backend,
-            poller=poller,
-            adapter=adapter,
-            workers=workers,
-            lease=lease,
-            clock=clock,
-            sink=sink,
-            events=events,
-            alerts=alerts,
-            kfd=kfd,
-            evidence=evidence,
-            benchmark=benchmark,
-            rma=rma,
-        )
+        self.executor = Executor(parts)
 
-        self._alerts = alerts
+        self._alerts = parts.alerts
         self.proactive = ProactiveScheduler(self)
 
     def attach_query(self, query: Query) -> None:
