@@ -55,7 +55,7 @@ from fleetd.model import make_labels
 from fleetd.store.db import Database
 from fleetd.store.rows import batches, read_rows
 from fleetd.store.schema import METADATA
-from fleetd.store.upsert import upsert
+from fleetd.store.upsert import upsert, upsert_rows
 
 _ID = BigInteger().with_variant(Integer, "sqlite")  # SQLite autoincrements INTEGER keys only
 
@@ -214,22 +214,7 @@ class OutboxStore:
 
     # ------------------------------------------------------------------------------ alerts
     def upsert_alerts(self, conn: Connection, records: Sequence[AlertRecord], now: float) -> None:
-        if not records:
-            return
-        t = alerts_table
-        fps = [r.fingerprint for r in records]
-        existing: set[str] = set()
-        for chunk in batches(fps, 500):
-            existing.update(
-                conn.execute(select(t.c.fingerprint).where(t.c.fingerprint.in_(chunk))).scalars()
-            )
-        rows = [_alert_row(r, now) for r in records]
-        new = [r for r in rows if r["fingerprint"] not in existing]
-        old = [r for r in rows if r["fingerprint"] in existing]
-        if new:
-            conn.execute(insert(t), new)
-        for row in old:
-            conn.execute(update(t).where(t.c.fingerprint == row["fingerprint"]).values(**row))
+        upsert_rows(conn, alerts_table, ["fingerprint"], [_alert_row(r, now) for r in records])
 
     def load_alerts(self) -> list[AlertRecord]:
         return [

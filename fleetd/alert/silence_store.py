@@ -203,13 +203,8 @@ class SilenceStore:
         return ack
 
     def acknowledgements(self) -> list[Acknowledgement]:
-        t = acks_table
-        return [
-            Acknowledgement(
-                r["fingerprint"], r["starts_at"], r["author"], r["comment"], r["created_at"]
-            )
-            for r in read_rows(self.db, select(t).order_by(t.c.created_at))
-        ]
+        rows = read_rows(self.db, select(acks_table).order_by(acks_table.c.created_at))
+        return [Acknowledgement(**r) for r in rows]
 
     def forget_acknowledgements(self, fingerprints: list[str]) -> None:
         if not fingerprints:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fleetd import __version__
 from fleetd.alert.dispatch import Dispatcher
@@ -30,6 +30,9 @@ from fleetd.rules.health import NodeHealth
 from fleetd.rules.state import AlertEntry
 from fleetd.store.events import Event, EventLog
 from fleetd.vllm.benchmark import Baseline
+
+if TYPE_CHECKING:
+    from fleetd.store.resilient import ResilientStore
 
 
 class RemediationControl(Protocol):
@@ -97,25 +100,6 @@ ReloadCallback = Callable[[], object]
 when any file is bad (the daemon's SIGHUP path)."""
 
 
-class EventStore(Protocol):
-    """The daemon's storage handle (``fleetd.store.resilient.ResilientStore``): events are
-    queued while storage is down and written later; reads raise ``StoreError`` meanwhile."""
-
-    def append_event(
-        self,
-        kind: str,
-        *,
-        now: float,
-        gpu: int | None = None,
-        message: str,
-        data: Mapping[str, Any] | None = None,
-        actor: str | None = None,
-        node: str | None = None,
-    ) -> int | None: ...
-
-    def query_events(self, **filters: Any) -> list[Event]: ...
-
-
 class ApiServices:
     """The components the API serves, as the daemon wired them.
 
@@ -125,8 +109,9 @@ class ApiServices:
         latest_snapshot: the newest poll (None before the first).
         engine: the rule engine (alerts, rule health, GPU health).
         dispatcher: alert delivery (silences, acknowledgements, muting).
-        events: the event log, or the storage handle that owns it; every mutation is
-            recorded there.
+        events: the event log, or the storage handle that owns it (``ResilientStore``: it
+            queues events while storage is down; reads raise ``StoreError`` meanwhile);
+            every mutation is recorded there.
         query: telemetry history for GPU detail and ``explain``.
         remedy: remediation control, or None when remediation is not built on this node.
         reload: the daemon's reload, or None when it cannot reload.
@@ -148,7 +133,7 @@ class ApiServices:
         latest_snapshot: Callable[[], Snapshot | None],
         engine: RuleEngine,
         dispatcher: Dispatcher,
-        events: EventLog | EventStore,
+        events: EventLog | ResilientStore,
         query: Query,
         remedy: RemediationControl | None = None,
         reload: ReloadCallback | None = None,
@@ -206,14 +191,8 @@ class ApiServices:
     ) -> None:
         """Append one event for this node."""
         events = self._events
-        if isinstance(events, EventLog):
-            events.append(
-                kind, now=now, node=self.node, gpu=gpu, message=message, data=data, actor=actor
-            )
-        else:
-            events.append_event(
-                kind, now=now, node=self.node, gpu=gpu, message=message, data=data, actor=actor
-            )
+        append = events.append if isinstance(events, EventLog) else events.append_event
+        append(kind, now=now, node=self.node, gpu=gpu, message=message, data=data, actor=actor)
 
     def query_events(
         self,

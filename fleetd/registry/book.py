@@ -14,7 +14,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from fleetd.model import make_labels
 from fleetd.query import Matcher, matches_all
 from fleetd.registry.reader import RegistryError, describe_error
-from fleetd.registry.store import REGISTRY_METADATA, _engine, audit_table
+from fleetd.registry.store import REGISTRY_METADATA, _engine, audit_table, registry_errors
 
 
 def audit(now: float, actor: str, action: str, subject: str, detail: Any) -> Insert:
@@ -57,21 +57,15 @@ class RegistryBook:
     def _rows(self, stmt: Executable) -> list[RowMapping]:
         """The rows ``stmt`` reads (its tables created first)."""
         self._ensure()
-        try:
-            with self._engine.connect() as conn:
-                return list(conn.execute(stmt).mappings())
-        except SQLAlchemyError as exc:
-            raise RegistryError(f"cannot read the registry: {describe_error(exc)}") from None
+        with registry_errors("read the registry"), self._engine.connect() as conn:
+            return list(conn.execute(stmt).mappings())
 
     def _write(self, statements: Sequence[Executable]) -> None:
         """Run ``statements`` in one transaction (a change and its audit row)."""
         self._ensure()
-        try:
-            with self._engine.begin() as conn:
-                for stmt in statements:
-                    conn.execute(stmt)
-        except SQLAlchemyError as exc:
-            raise RegistryError(f"cannot write the registry: {describe_error(exc)}") from None
+        with registry_errors("write the registry"), self._engine.begin() as conn:
+            for stmt in statements:
+                conn.execute(stmt)
 
     def close(self) -> None:
         if self._own:

@@ -15,15 +15,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import Engine, delete, insert, inspect, literal, select
-from sqlalchemy.exc import SQLAlchemyError
 
 from fleetd.query import Matcher
 from fleetd.registry.book import RegistryBook, audit
 from fleetd.registry.modes import FleetMode, mode_for
-from fleetd.registry.reader import RegistryError, describe_error
-from fleetd.registry.store import audit_table, nodes_table
+from fleetd.registry.store import audit_table, nodes_table, registry_errors
 from fleetd.remedy.caps import (
-    FLEET_METADATA,
     Cap,
     Member,
     WaveLoad,
@@ -65,24 +62,12 @@ class WaveCheck:
 class FleetCapBook(RegistryBook):
     """Add, remove and read the caps set through the registry."""
 
-    TABLES = (audit_table,)
+    TABLES = (audit_table, caps_table)  # caps_table is on remedy.caps.FLEET_METADATA
     WHAT = "remediation cap table"
 
     @property
     def engine(self) -> Engine:
         return self._engine
-
-    def _ensure(self) -> None:
-        if self._ready:
-            return
-        super()._ensure()
-        try:
-            FLEET_METADATA.create_all(self._engine, checkfirst=True)
-        except SQLAlchemyError as exc:  # two creators at once: the loser finds it there
-            if not inspect(self._engine).has_table(caps_table.name):
-                raise RegistryError(
-                    f"cannot create the {self.WHAT}: {describe_error(exc)}"
-                ) from None
 
     def add(
         self,
@@ -116,20 +101,17 @@ class FleetCapBook(RegistryBook):
     def remove(self, cap_id: str, *, actor: str, comment: str, now: float) -> bool:
         """Remove a cap (by id or a unique prefix of it); False when none matches."""
         self._ensure()
-        try:
-            with self._engine.begin() as conn:
-                ids = [
-                    str(i)
-                    for i in conn.execute(
-                        select(caps_table.c.id).where(caps_table.c.id.startswith(cap_id))
-                    ).scalars()
-                ]
-                if len(ids) != 1 or not cap_id:
-                    return False
-                conn.execute(delete(caps_table).where(caps_table.c.id == ids[0]))
-                conn.execute(audit(now, actor, "uncap", ids[0], {"comment": comment}))
-        except SQLAlchemyError as exc:
-            raise RegistryError(f"cannot write the registry: {describe_error(exc)}") from None
+        with registry_errors("write the registry"), self._engine.begin() as conn:
+            ids = [
+                str(i)
+                for i in conn.execute(
+                    select(caps_table.c.id).where(caps_table.c.id.startswith(cap_id))
+                ).scalars()
+            ]
+            if len(ids) != 1 or not cap_id:
+                return False
+            conn.execute(delete(caps_table).where(caps_table.c.id == ids[0]))
+            conn.execute(audit(now, actor, "uncap", ids[0], {"comment": comment}))
         return True
 
     def all(self) -> list[StoredCap]:
@@ -146,17 +128,14 @@ class FleetCapBook(RegistryBook):
         """Every registered node (labels with ``node``, physical GPUs, its fleetd.yaml's
         caps) and its heartbeat time: one query (none before the first heartbeat)."""
         t = nodes_table
-        try:
-            with self._engine.connect() as conn:
-                if not inspect(conn).has_table(t.name):
-                    return []
-                present = {c["name"] for c in inspect(conn).get_columns(t.name)}
-                wanted = ("node", "labels", "gpus_total", "gpus_physical", "caps", "heartbeat_at")
-                # a table of an older fleetd, not yet upgraded by a newer agent's heartbeat
-                columns = [t.c[n] if n in present else literal(None).label(n) for n in wanted]
-                rows = conn.execute(select(*columns)).all()
-        except SQLAlchemyError as exc:
-            raise RegistryError(f"cannot read the registry: {describe_error(exc)}") from None
+        with registry_errors("read the registry"), self._engine.connect() as conn:
+            if not inspect(conn).has_table(t.name):
+                return []
+            present = {c["name"] for c in inspect(conn).get_columns(t.name)}
+            wanted = ("node", "labels", "gpus_total", "gpus_physical", "caps", "heartbeat_at")
+            # a table of an older fleetd, not yet upgraded by a newer agent's heartbeat
+            columns = [t.c[n] if n in present else literal(None).label(n) for n in wanted]
+            rows = conn.execute(select(*columns)).all()
         out = []
         parsed: dict[str, tuple[Cap, ...]] = {}  # a fleet's nodes mostly share one config
         for node, labels, total, physical, caps, at in rows:

@@ -15,11 +15,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import Column, Engine, Float, Integer, String, Table, Text
-from sqlalchemy.exc import SQLAlchemyError
 
-from fleetd.registry.reader import RegistryError, describe_error
 from fleetd.registry.report_reader import REPORTS_TABLE
-from fleetd.registry.store import REGISTRY_METADATA
+from fleetd.registry.store import REGISTRY_METADATA, registry_errors
 from fleetd.store.upsert import upsert
 
 MAX_SUMMARY_BYTES = 256 * 1024
@@ -71,8 +69,5 @@ def report_row(summary: Mapping[str, Any], now: float) -> dict[str, Any]:
 def publish_report(engine: Engine, node: str, summary: Mapping[str, Any], now: float) -> None:
     """Upsert ``node``'s KPI summary as of ``now``."""
     row = report_row(summary, now)
-    try:
-        with engine.begin() as conn:
-            upsert(conn, reports_table, {"node": node}, row)
-    except SQLAlchemyError as exc:
-        raise RegistryError(f"cannot publish the KPI report: {describe_error(exc)}") from None
+    with registry_errors("publish the KPI report"), engine.begin() as conn:
+        upsert(conn, reports_table, {"node": node}, row)

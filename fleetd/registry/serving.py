@@ -12,10 +12,8 @@ import json
 from collections.abc import Collection, Sequence
 
 from sqlalchemy import Column, Engine, Float, Index, String, Table, Text, select
-from sqlalchemy.exc import SQLAlchemyError
 
-from fleetd.registry.reader import RegistryError, describe_error
-from fleetd.registry.store import REGISTRY_METADATA
+from fleetd.registry.store import REGISTRY_METADATA, registry_errors
 from fleetd.store.rows import finite
 from fleetd.vllm.fleet import ServingFigure
 
@@ -62,13 +60,10 @@ def publish_serving(engine: Engine, node: str, figures: Sequence[ServingFigure])
         }
         for f in figures[:MAX_ROWS_PER_NODE]
     ]
-    try:
-        with engine.begin() as conn:
-            conn.execute(serving_table.delete().where(serving_table.c.node == node))
-            if rows:
-                conn.execute(serving_table.insert(), rows)
-    except SQLAlchemyError as exc:
-        raise RegistryError(f"cannot publish serving figures: {describe_error(exc)}") from None
+    with registry_errors("publish serving figures"), engine.begin() as conn:
+        conn.execute(serving_table.delete().where(serving_table.c.node == node))
+        if rows:
+            conn.execute(serving_table.insert(), rows)
 
 
 def read_peers(
@@ -81,11 +76,8 @@ def read_peers(
     stmt = select(t).where(
         t.c.sku == sku, t.c.model.in_(sorted(models)), t.c.at >= since, t.c.node != exclude
     )
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(stmt).mappings().all()
-    except SQLAlchemyError as exc:
-        raise RegistryError(f"cannot read serving figures: {describe_error(exc)}") from None
+    with registry_errors("read serving figures"), engine.connect() as conn:
+        rows = conn.execute(stmt).mappings().all()
     out = []
     for r in rows:
         try:

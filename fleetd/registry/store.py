@@ -12,7 +12,8 @@ The registry has its own MetaData: it is a shared database, not a node's local s
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import (
@@ -136,6 +137,15 @@ audit_table = Table(
 )
 
 
+@contextmanager
+def registry_errors(doing: str) -> Iterator[None]:
+    """A database error inside becomes ``RegistryError("cannot <doing>: <reason>")``."""
+    try:
+        yield
+    except SQLAlchemyError as exc:
+        raise RegistryError(f"cannot {doing}: {describe_error(exc)}") from None
+
+
 def _engine(url: str, timeout: float) -> Engine:
     url = engine_url(url)
     try:
@@ -190,13 +200,11 @@ class RegistryPublisher:
         if kind is None or getattr(kind, "length", None) is None:
             return
         ddl = f"ALTER TABLE {nodes_table.name} ALTER COLUMN firmware_version TYPE TEXT"
-        try:
-            with self._engine.begin() as conn:
-                conn.exec_driver_sql(ddl)
-        except SQLAlchemyError as exc:
-            raise RegistryError(
-                f"cannot widen firmware_version in the registry table: {describe_error(exc)}"
-            ) from None
+        with (
+            registry_errors("widen firmware_version in the registry table"),
+            self._engine.begin() as conn,
+        ):
+            conn.exec_driver_sql(ddl)
 
     def _add_missing_indexes(self) -> None:
         """Indexes a newer fleetd declares on a table an older one created (``sku``, which
@@ -231,10 +239,8 @@ class RegistryPublisher:
 
     def _columns(self) -> list[ReflectedColumn]:
         """The columns the registry table has in the database."""
-        try:
+        with registry_errors("read the registry table"):
             return inspect(self._engine).get_columns(nodes_table.name)
-        except SQLAlchemyError as exc:
-            raise RegistryError(f"cannot read the registry table: {describe_error(exc)}") from None
 
     def _has_table(self) -> bool:
         try:
@@ -271,11 +277,8 @@ class RegistryPublisher:
         if caps is not None:
             row["caps"] = json.dumps(list(caps), sort_keys=True)
         key = {"node": row.pop("node")}
-        try:
-            with self._engine.begin() as conn:
-                upsert(conn, nodes_table, key, row)
-        except SQLAlchemyError as exc:
-            raise RegistryError(f"cannot publish to the registry: {describe_error(exc)}") from None
+        with registry_errors("publish to the registry"), self._engine.begin() as conn:
+            upsert(conn, nodes_table, key, row)
         return summary
 
     def group_counts(self, sku: str, since: float) -> dict[str, dict[str, int]]:
@@ -290,12 +293,9 @@ class RegistryPublisher:
                 .group_by(col)
             )
         out: dict[str, dict[str, int]] = {c: {} for c in COMPONENTS}
-        try:
-            with self._engine.connect() as conn:
-                for component, value, count in conn.execute(union_all(*parts)):
-                    out[str(component)][str(value)] = int(count)
-        except SQLAlchemyError as exc:
-            raise RegistryError(f"cannot read the registry: {describe_error(exc)}") from None
+        with registry_errors("read the registry"), self._engine.connect() as conn:
+            for component, value, count in conn.execute(union_all(*parts)):
+                out[str(component)][str(value)] = int(count)
         return out
 
     def forget(self, node: str) -> None:

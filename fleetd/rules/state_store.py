@@ -24,7 +24,6 @@ from sqlalchemy import (
     Text,
     bindparam,
     delete,
-    insert,
     select,
     update,
 )
@@ -34,7 +33,7 @@ from fleetd.rules.state import AlertEntry, StateChanges
 from fleetd.store.db import Database
 from fleetd.store.rows import batches, finite
 from fleetd.store.schema import METADATA
-from fleetd.store.upsert import upsert
+from fleetd.store.upsert import upsert, upsert_rows
 
 alert_state_table = Table(
     "fleetd_alert_state",
@@ -75,11 +74,9 @@ _SET_EVAL_TIME = (
 def save_changes(conn: Connection, changes: StateChanges) -> None:
     """Write ``changes`` (from ``RuleEngine.take_changes``) inside the caller's transaction."""
     gone = [key.fingerprint() for key in changes.deletes]
-    gone += [entry.alert.key.fingerprint() for entry in changes.upserts]
     for chunk in batches(gone, 500):
         conn.execute(delete(alert_state_table).where(alert_state_table.c.fingerprint.in_(chunk)))
-    if changes.upserts:
-        conn.execute(insert(alert_state_table), [_row(entry) for entry in changes.upserts])
+    upsert_rows(conn, alert_state_table, ["fingerprint"], [_row(e) for e in changes.upserts])
     if changes.last_eval_at is not None:
         at = changes.last_eval_at
         if conn.execute(_SET_EVAL_TIME, {"at": at}).rowcount == 0:  # the first save ever
