@@ -145,9 +145,10 @@ class Fleet:
             with registry_reader(self.db, self.timeout) as reader:
                 nodes = reader.fleet(time.time(), stale_after=self.stale_after)
             return [Target(n.summary.node, n.address) for n in nodes if n.address]
+        looked = " or ".join(str(path) for path in DEFAULT_INVENTORIES)
         raise Unreachable(
             "no fleet: give --inventory FILE or --db URL "
-            "(or set $FLEETCTL_INVENTORY / $FLEETCTL_DB)"
+            f"(or set $FLEETCTL_INVENTORY / $FLEETCTL_DB; no inventory at {looked})"
         )
 
     def resolve(self, node: str) -> Target:

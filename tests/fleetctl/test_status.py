@@ -99,6 +99,8 @@ def test_no_fleet_configured_is_a_clear_error(fleet: Fleet, tmp_path: Path) -> N
     result, _ = fleet.run("status", env={"FLEETCTL_INVENTORY": "", "HOME": str(tmp_path)})
     assert result.exit_code == 2
     assert "no fleet: give --inventory FILE or --db URL" in result.output
+    # where it looked, so the engineer knows where to put one
+    assert "~/.config/fleetctl/inventory.yaml or /etc/fleetd/inventory.yaml" in result.output
 
 
 def test_a_bad_inventory_names_file_and_line(fleet: Fleet) -> None:
