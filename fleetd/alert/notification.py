@@ -12,7 +12,9 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, Literal, cast
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, PlainSerializer, TypeAdapter
 
 from fleetd.model import Alert, AlertState, Labels, label_value, make_labels
 
@@ -22,6 +24,8 @@ Action = Literal["notify", "update", "acknowledge", "change"]
 acknowledge: someone acknowledged (PagerDuty ack); change: a remediation step (never pages)."""
 
 DetailValue = str | int | float | bool | None
+JsonLabels = Annotated[Labels, BeforeValidator(make_labels), PlainSerializer(dict)]
+"""``Labels`` stored as a JSON object ``{name: value}`` (``to_dict``/``from_dict`` below)."""
 
 
 def iso8601(ts: float) -> str:
@@ -37,8 +41,8 @@ class AlertRecord:
     rule: str
     status: Status
     severity: str
-    labels: Labels
-    annotations: Labels = ()
+    labels: JsonLabels
+    annotations: JsonLabels = ()
     value: float | None = None
     starts_at: float = 0.0
     ends_at: float | None = None  # set once resolved
@@ -59,33 +63,12 @@ class AlertRecord:
         return self.label("alertname") or self.rule
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "fingerprint": self.fingerprint,
-            "rule": self.rule,
-            "status": self.status,
-            "severity": self.severity,
-            "labels": dict(self.labels),
-            "annotations": dict(self.annotations),
-            "value": self.value,
-            "starts_at": self.starts_at,
-            "ends_at": self.ends_at,
-            "received_at": self.received_at,
-        }
+        data: dict[str, Any] = _ALERT_RECORD.dump_python(self)
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> AlertRecord:
-        return cls(
-            fingerprint=str(data["fingerprint"]),
-            rule=str(data["rule"]),
-            status=cast(Status, data["status"]),
-            severity=str(data["severity"]),
-            labels=make_labels(data.get("labels", {})),
-            annotations=make_labels(data.get("annotations", {})),
-            value=None if data.get("value") is None else float(data["value"]),
-            starts_at=float(data.get("starts_at", 0.0)),
-            ends_at=None if data.get("ends_at") is None else float(data["ends_at"]),
-            received_at=float(data.get("received_at", 0.0)),
-        )
+        return _ALERT_RECORD.validate_python(data)
 
 
 def record_from_alert(alert: Alert, at: float, received_at: float) -> AlertRecord:
@@ -142,34 +125,19 @@ class ChangeEvent:
 
     summary: str
     at: float
-    labels: Labels = ()
+    labels: JsonLabels = ()
     details: Mapping[str, DetailValue] = field(default_factory=dict)
     links: tuple[tuple[str, str], ...] = ()  # (href, text)
     id: str | None = None
     thread: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "summary": self.summary,
-            "at": self.at,
-            "labels": dict(self.labels),
-            "details": dict(self.details),
-            "links": [list(link) for link in self.links],
-            "id": self.id,
-            "thread": self.thread,
-        }
+        data: dict[str, Any] = _CHANGE_EVENT.dump_python(self)
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ChangeEvent:
-        return cls(
-            summary=str(data["summary"]),
-            at=float(data["at"]),
-            labels=make_labels(data.get("labels", {})),
-            details=dict(data.get("details", {})),
-            links=tuple((str(h), str(t)) for h, t in data.get("links", [])),
-            id=data.get("id"),
-            thread=data.get("thread"),  # absent in entries stored before threads existed
-        )
+        return _CHANGE_EVENT.validate_python(data)  # no thread in entries stored before threads
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +246,12 @@ class Notification:
                 for gpu, fields in data.get("gpu_details", {}).items()
             },
         )
+
+
+# the JSON form of the outbox's alerts and change events, field by field in declaration order
+# (labels as objects); loading takes a field's default where an older entry has no key
+_ALERT_RECORD = TypeAdapter(AlertRecord)
+_CHANGE_EVENT = TypeAdapter(ChangeEvent)
 
 
 def _shared(label_sets: Sequence[Labels]) -> dict[str, str]:
