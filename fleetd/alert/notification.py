@@ -112,6 +112,14 @@ class MessageRef:
     ts: str
 
 
+JsonRef = Annotated[
+    MessageRef,
+    PlainSerializer(lambda ref: [ref.channel, ref.ts]),
+    BeforeValidator(lambda pair: MessageRef(*pair) if isinstance(pair, list) else pair),
+]
+"""A ``MessageRef`` stored as ``[channel, ts]``."""
+
+
 @dataclass(frozen=True, slots=True)
 class ChangeEvent:
     """A remediation step worth telling people about; it never pages.
@@ -151,16 +159,16 @@ class Notification:
     node: str
     created_at: float
     group_key: str = ""
-    group_labels: Labels = ()
+    group_labels: JsonLabels = ()
     alerts: tuple[AlertRecord, ...] = ()
     reason: str = ""
     external_url: str | None = None
     truncated_alerts: int = 0
     change: ChangeEvent | None = None
-    thread: MessageRef | None = None  # chat: reply in (notify) or edit (update) this message
+    thread: JsonRef | None = None  # chat: reply in (notify) or edit (update) this message
     lease_until: float | None = None  # Alertmanager: endsAt of the firing alerts
     id: str = ""  # stable event id, set when queued (receivers de-duplicate redeliveries)
-    node_labels: Labels = ()  # the node's labels (fleetd.yaml node.labels)
+    node_labels: JsonLabels = ()  # the node's labels (fleetd.yaml node.labels)
     gpu_details: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # by gpu label
 
     @property
@@ -193,65 +201,20 @@ class Notification:
         return hashlib.sha256(self.to_json().encode()).hexdigest()[:32]
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "receiver": self.receiver,
-                "integration": self.integration,
-                "action": self.action,
-                "status": self.status,
-                "node": self.node,
-                "created_at": self.created_at,
-                "group_key": self.group_key,
-                "group_labels": dict(self.group_labels),
-                "alerts": [a.to_dict() for a in self.alerts],
-                "reason": self.reason,
-                "external_url": self.external_url,
-                "truncated_alerts": self.truncated_alerts,
-                "change": None if self.change is None else self.change.to_dict(),
-                "thread": None if self.thread is None else [self.thread.channel, self.thread.ts],
-                "lease_until": self.lease_until,
-                "id": self.id,
-                "node_labels": dict(self.node_labels),
-                "gpu_details": {gpu: dict(fields) for gpu, fields in self.gpu_details.items()},
-            },
-            separators=(",", ":"),
-            sort_keys=True,
-        )
+        data = _NOTIFICATION.dump_python(self)
+        return json.dumps(data, separators=(",", ":"), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> Notification:
-        data = json.loads(text)
-        thread = data.get("thread")
-        change = data.get("change")
-        return cls(
-            receiver=data["receiver"],
-            integration=data["integration"],
-            action=data["action"],
-            status=data["status"],
-            node=data["node"],
-            created_at=float(data["created_at"]),
-            group_key=data.get("group_key", ""),
-            group_labels=make_labels(data.get("group_labels", {})),
-            alerts=tuple(AlertRecord.from_dict(a) for a in data.get("alerts", [])),
-            reason=data.get("reason", ""),
-            external_url=data.get("external_url"),
-            truncated_alerts=int(data.get("truncated_alerts", 0)),
-            change=None if change is None else ChangeEvent.from_dict(change),
-            thread=None if thread is None else MessageRef(str(thread[0]), str(thread[1])),
-            lease_until=data.get("lease_until"),
-            id=str(data.get("id") or ""),
-            node_labels=make_labels(data.get("node_labels", {})),
-            gpu_details={
-                str(gpu): {str(k): str(v) for k, v in fields.items()}
-                for gpu, fields in data.get("gpu_details", {}).items()
-            },
-        )
+        return _NOTIFICATION.validate_python(json.loads(text))
 
 
-# the JSON form of the outbox's alerts and change events, field by field in declaration order
-# (labels as objects); loading takes a field's default where an older entry has no key
+# the JSON form of the outbox's notifications, field by field in declaration order (labels as
+# objects, a thread as [channel, ts]); loading takes a field's default where an older entry
+# has no key
 _ALERT_RECORD = TypeAdapter(AlertRecord)
 _CHANGE_EVENT = TypeAdapter(ChangeEvent)
+_NOTIFICATION = TypeAdapter(Notification)
 
 
 def _shared(label_sets: Sequence[Labels]) -> dict[str, str]:
