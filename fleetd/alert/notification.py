@@ -12,7 +12,9 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, Literal, cast
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, PlainSerializer, TypeAdapter
 
 from fleetd.model import Alert, AlertState, Labels, label_value, make_labels
 
@@ -22,6 +24,8 @@ Action = Literal["notify", "update", "acknowledge", "change"]
 acknowledge: someone acknowledged (PagerDuty ack); change: a remediation step (never pages)."""
 
 DetailValue = str | int | float | bool | None
+JsonLabels = Annotated[Labels, BeforeValidator(make_labels), PlainSerializer(dict)]
+"""``Labels`` stored as a JSON object ``{name: value}`` (``to_dict``/``from_dict`` below)."""
 
 
 def iso8601(ts: float) -> str:
@@ -37,8 +41,8 @@ class AlertRecord:
     rule: str
     status: Status
     severity: str
-    labels: Labels
-    annotations: Labels = ()
+    labels: JsonLabels
+    annotations: JsonLabels = ()
     value: float | None = None
     starts_at: float = 0.0
     ends_at: float | None = None  # set once resolved
@@ -59,33 +63,12 @@ class AlertRecord:
         return self.label("alertname") or self.rule
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "fingerprint": self.fingerprint,
-            "rule": self.rule,
-            "status": self.status,
-            "severity": self.severity,
-            "labels": dict(self.labels),
-            "annotations": dict(self.annotations),
-            "value": self.value,
-            "starts_at": self.starts_at,
-            "ends_at": self.ends_at,
-            "received_at": self.received_at,
-        }
+        data: dict[str, Any] = _ALERT_RECORD.dump_python(self)
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> AlertRecord:
-        return cls(
-            fingerprint=str(data["fingerprint"]),
-            rule=str(data["rule"]),
-            status=cast(Status, data["status"]),
-            severity=str(data["severity"]),
-            labels=make_labels(data.get("labels", {})),
-            annotations=make_labels(data.get("annotations", {})),
-            value=None if data.get("value") is None else float(data["value"]),
-            starts_at=float(data.get("starts_at", 0.0)),
-            ends_at=None if data.get("ends_at") is None else float(data["ends_at"]),
-            received_at=float(data.get("received_at", 0.0)),
-        )
+        return _ALERT_RECORD.validate_python(data)
 
 
 def record_from_alert(alert: Alert, at: float, received_at: float) -> AlertRecord:
@@ -129,6 +112,14 @@ class MessageRef:
     ts: str
 
 
+JsonRef = Annotated[
+    MessageRef,
+    PlainSerializer(lambda ref: [ref.channel, ref.ts]),
+    BeforeValidator(lambda pair: MessageRef(*pair) if isinstance(pair, list) else pair),
+]
+"""A ``MessageRef`` stored as ``[channel, ts]``."""
+
+
 @dataclass(frozen=True, slots=True)
 class ChangeEvent:
     """A remediation step worth telling people about; it never pages.
@@ -142,34 +133,19 @@ class ChangeEvent:
 
     summary: str
     at: float
-    labels: Labels = ()
+    labels: JsonLabels = ()
     details: Mapping[str, DetailValue] = field(default_factory=dict)
     links: tuple[tuple[str, str], ...] = ()  # (href, text)
     id: str | None = None
     thread: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "summary": self.summary,
-            "at": self.at,
-            "labels": dict(self.labels),
-            "details": dict(self.details),
-            "links": [list(link) for link in self.links],
-            "id": self.id,
-            "thread": self.thread,
-        }
+        data: dict[str, Any] = _CHANGE_EVENT.dump_python(self)
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ChangeEvent:
-        return cls(
-            summary=str(data["summary"]),
-            at=float(data["at"]),
-            labels=make_labels(data.get("labels", {})),
-            details=dict(data.get("details", {})),
-            links=tuple((str(h), str(t)) for h, t in data.get("links", [])),
-            id=data.get("id"),
-            thread=data.get("thread"),  # absent in entries stored before threads existed
-        )
+        return _CHANGE_EVENT.validate_python(data)  # no thread in entries stored before threads
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,16 +159,16 @@ class Notification:
     node: str
     created_at: float
     group_key: str = ""
-    group_labels: Labels = ()
+    group_labels: JsonLabels = ()
     alerts: tuple[AlertRecord, ...] = ()
     reason: str = ""
     external_url: str | None = None
     truncated_alerts: int = 0
     change: ChangeEvent | None = None
-    thread: MessageRef | None = None  # chat: reply in (notify) or edit (update) this message
+    thread: JsonRef | None = None  # chat: reply in (notify) or edit (update) this message
     lease_until: float | None = None  # Alertmanager: endsAt of the firing alerts
     id: str = ""  # stable event id, set when queued (receivers de-duplicate redeliveries)
-    node_labels: Labels = ()  # the node's labels (fleetd.yaml node.labels)
+    node_labels: JsonLabels = ()  # the node's labels (fleetd.yaml node.labels)
     gpu_details: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # by gpu label
 
     @property
@@ -225,59 +201,20 @@ class Notification:
         return hashlib.sha256(self.to_json().encode()).hexdigest()[:32]
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "receiver": self.receiver,
-                "integration": self.integration,
-                "action": self.action,
-                "status": self.status,
-                "node": self.node,
-                "created_at": self.created_at,
-                "group_key": self.group_key,
-                "group_labels": dict(self.group_labels),
-                "alerts": [a.to_dict() for a in self.alerts],
-                "reason": self.reason,
-                "external_url": self.external_url,
-                "truncated_alerts": self.truncated_alerts,
-                "change": None if self.change is None else self.change.to_dict(),
-                "thread": None if self.thread is None else [self.thread.channel, self.thread.ts],
-                "lease_until": self.lease_until,
-                "id": self.id,
-                "node_labels": dict(self.node_labels),
-                "gpu_details": {gpu: dict(fields) for gpu, fields in self.gpu_details.items()},
-            },
-            separators=(",", ":"),
-            sort_keys=True,
-        )
+        data = _NOTIFICATION.dump_python(self)
+        return json.dumps(data, separators=(",", ":"), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> Notification:
-        data = json.loads(text)
-        thread = data.get("thread")
-        change = data.get("change")
-        return cls(
-            receiver=data["receiver"],
-            integration=data["integration"],
-            action=data["action"],
-            status=data["status"],
-            node=data["node"],
-            created_at=float(data["created_at"]),
-            group_key=data.get("group_key", ""),
-            group_labels=make_labels(data.get("group_labels", {})),
-            alerts=tuple(AlertRecord.from_dict(a) for a in data.get("alerts", [])),
-            reason=data.get("reason", ""),
-            external_url=data.get("external_url"),
-            truncated_alerts=int(data.get("truncated_alerts", 0)),
-            change=None if change is None else ChangeEvent.from_dict(change),
-            thread=None if thread is None else MessageRef(str(thread[0]), str(thread[1])),
-            lease_until=data.get("lease_until"),
-            id=str(data.get("id") or ""),
-            node_labels=make_labels(data.get("node_labels", {})),
-            gpu_details={
-                str(gpu): {str(k): str(v) for k, v in fields.items()}
-                for gpu, fields in data.get("gpu_details", {}).items()
-            },
-        )
+        return _NOTIFICATION.validate_python(json.loads(text))
+
+
+# the JSON form of the outbox's notifications, field by field in declaration order (labels as
+# objects, a thread as [channel, ts]); loading takes a field's default where an older entry
+# has no key
+_ALERT_RECORD = TypeAdapter(AlertRecord)
+_CHANGE_EVENT = TypeAdapter(ChangeEvent)
+_NOTIFICATION = TypeAdapter(Notification)
 
 
 def _shared(label_sets: Sequence[Labels]) -> dict[str, str]:

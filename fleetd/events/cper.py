@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import TypeAdapter
+
 from fleetd.events.model import Tally
 from fleetd.logs import get_logger
 from fleetd.statefile import StateFile
@@ -132,24 +134,11 @@ class CperRecord:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form for the event log, the raw record in base64 as evidence."""
-        return {
-            "source": "cper",
-            "gpu": self.gpu,
-            "record_id": self.record_id,
-            "severity": self.severity,
-            "timestamp": self.timestamp,
-            "timestamp_text": self.timestamp_text,
-            "notify_type": self.notify_type,
-            "section_count": self.section_count,
-            "sections": [dataclasses.asdict(s) for s in self.sections],
-            "afids": list(self.afids),
-            "stale": self.stale,
-            "stale_reason": self.stale_reason,
-            "clock_suspect": self.clock_suspect,
-            "problems": list(self.problems),
-            "creator_id": self.creator_id,
-            "raw_base64": self.raw_base64,
-        }
+        fields = _RECORD.dump_python(self, mode="json", exclude={"raw"})
+        return {"source": "cper", **fields, "raw_base64": self.raw_base64}
+
+
+_RECORD = TypeAdapter(CperRecord)
 
 
 def parse_timestamp(text: str) -> float | None:

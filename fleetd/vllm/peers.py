@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 from fleetd.model import Labels, Reading, SeriesKey, make_labels
 from fleetd.query import Matcher, Query
-from fleetd.vllm.collector import GENERATION_TOKENS, RUNNING, TOKENS_PER_JOULE
+from fleetd.vllm.collector import GENERATION_TOKENS, RUNNING, TOKENS_PER_JOULE, UP
 from fleetd.vllm.config import PeersConfig, VllmWorkerConfig
 from fleetd.vllm.fleet import FleetVerdict, FleetView, ServingFigure, judge_fleet
 from fleetd.vllm.robust import robust_z as robust_z
@@ -53,7 +53,6 @@ COMPARED = "fleetd_vllm_peer_compared"
 ITL = "fleetd_vllm_inter_token_latency_seconds"
 E2E_COUNT = "fleetd_vllm_e2e_request_latency_seconds_count"
 PROMPT = "fleetd_vllm_prompt_tokens_total"
-UP = "fleetd_vllm_up"
 CLOCK = "fleetd_gpu_clock_hertz"
 THROTTLE = "fleetd_gpu_throttle_ratio"
 WIDTH = "fleetd_gpu_pcie_link_width_lanes"
