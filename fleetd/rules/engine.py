@@ -474,14 +474,15 @@ class RuleEngine:
 
     def _alert_for(self, rule: Rule, labels: Labels, value: float) -> Alert:
         label_map = dict(labels)
-        # As in Prometheus, an empty value is no label: a page must not say "afid=" for a
-        # report that carried no AFID (the series keeps its full label set).
-        full = {name: value for name, value in label_map.items() if value}
+        full = dict(label_map)
         full.update(rule.labels)
         full["alertname"] = rule.name
         full["severity"] = rule.severity.value
         if self.node is not None:
             full["node"] = self.node
+        # As in Prometheus, an empty value is no label (a rule's `x: ""` removes x): a page
+        # must not say "afid=" for a report that carried none. The key keeps the series' set.
+        full = {name: value for name, value in full.items() if value}
         annotations = tuple((name, tpl.render(value, label_map)) for name, tpl in rule.annotations)
         return Alert(
             key=AlertKey(rule.name, identity_labels(labels)),  # one alert across UUIDs

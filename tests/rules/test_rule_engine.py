@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from fleetd.clock import FakeClock
-from fleetd.model import AlertState, HealthState, Reading, make_labels
+from fleetd.model import AlertState, HealthState, Reading, identity_labels, make_labels
 from fleetd.rules.engine import EngineSettings, RuleEngine
 from fleetd.rules.loader import load_rule_set
 from fleetd.rules.state_store import AlertStateStore
@@ -369,7 +369,8 @@ def test_the_api_can_read_while_the_tick_evaluates(tmp_path: Path, node: Node) -
 
 def test_an_empty_label_value_is_no_label_on_the_alert(tmp_path: Path) -> None:
     """As in Prometheus: a series' ``afid=""`` (the report had none) is not put on the page,
-    while the template still renders it as empty and the alert keeps one identity."""
+    nor is a label a rule sets to "", while the template still renders the series' labels and
+    the alert keeps one identity."""
     clock = FakeClock(T0)
     window = MemoryWindow(retention=86400)
     engine = engine_for(
@@ -381,7 +382,8 @@ rules:
     op: "=="
     threshold: 1
     severity: critical
-    annotations: {summary: "GPU {{ $labels.gpu }} AFID [{{ $labels.afid }}]"}
+    labels: {source: "", team: gpu}
+    annotations: {summary: "GPU {{ $labels.gpu }} AFID [{{ $labels.afid }}] {{ $labels.source }}"}
 """,
     )
     labels = make_labels({"gpu": 3, "uuid": "U3", "afid": "", "action": "", "source": "kernel"})
@@ -393,5 +395,7 @@ rules:
     [fired] = [t.alert for t in transitions if t.current == F]
     shown = dict(fired.labels)
     assert "afid" not in shown and "action" not in shown, shown
-    assert shown["source"] == "kernel" and shown["gpu"] == "3", shown
-    assert dict(fired.annotations)["summary"] == "GPU 3 AFID []"
+    assert "source" not in shown, shown  # the rule's `source: ""` removes it
+    assert shown["team"] == "gpu" and shown["gpu"] == "3", shown
+    assert dict(fired.annotations)["summary"] == "GPU 3 AFID [] kernel"  # templates see the series
+    assert fired.key.labels == identity_labels(labels)  # one alert, whatever it shows
