@@ -203,13 +203,24 @@ class FleetdConfig(StrictModel):
         return value
 
 
+WORD_FIELDS = frozenset({("remediation", "mode")})
+"""Fields whose values are words YAML 1.1 would read as booleans: ``mode: on`` means on, and
+``mode: yes`` or ``true`` is refused rather than taken as on (it turns on real resets)."""
+
+
 def load_config(path: str | Path) -> FleetdConfig:
     """Load and validate fleetd.yaml; raises ConfigError listing every problem.
 
     Stricter than the model: an empty file, a file cut short and a file without
     ``REQUIRED_IN_FILE`` are errors.
     """
-    return load_file(FleetdConfig, path, required=REQUIRED_IN_FILE, top="a mapping of sections")
+    return load_file(
+        FleetdConfig,
+        path,
+        required=REQUIRED_IN_FILE,
+        top="a mapping of sections",
+        words=WORD_FIELDS,
+    )
 
 
 def absent_gpus(config: FleetdConfig, present: set[int]) -> list[str]:

@@ -63,6 +63,7 @@ _SCALAR_TAGS = frozenset(
     f"tag:yaml.org,2002:{name}"
     for name in ("null", "bool", "int", "float", "str", "timestamp", "binary")
 )
+_BOOL_TAG = "tag:yaml.org,2002:bool"
 _MAP_TAGS = frozenset({"!", "tag:yaml.org,2002:map"})
 _SEQ_TAGS = frozenset({"!", "tag:yaml.org,2002:seq"})
 _NON_PRINTABLE = re.compile("[^\t\n\r\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -77,11 +78,15 @@ _RETELL_BYTES = 256 * 1024  # a syntax error in a file this small is told by the
 
 
 # ---------------------------------------------------------------------------------- YAML with marks
-def load_yaml(text: str, filename: str) -> tuple[Any, Marks]:
+def load_yaml(
+    text: str, filename: str, *, words: frozenset[Path_] = frozenset()
+) -> tuple[Any, Marks]:
     """Parse YAML into plain Python data plus line marks; every problem names file and line.
 
     Bounded in size, depth and alias expansion (see the module docstring); raises
-    ``ConfigError`` listing every problem found.
+    ``ConfigError`` listing every problem found. At the paths in ``words`` a YAML 1.1 boolean
+    stays the word written (``on``, ``yes``, ``true``): a field whose values are words, such
+    as ``remediation.mode``, must tell ``on`` from ``yes``.
     """
     problems: list[Problem] = []
     if len(text) > MAX_FILE_BYTES:
@@ -95,12 +100,12 @@ def load_yaml(text: str, filename: str) -> tuple[Any, Marks]:
         what = "a NUL byte" if bad.group() == "\0" else f"control character {char}"
         problems.append(Problem(filename, line, col, "", f"{what} is not allowed in YAML text"))
         raise ConfigError(problems)
-    builder = _Builder(text, filename)
+    builder = _Builder(text, filename, words=words)
     data = builder.build(_Parser)
     if builder.syntax_error and _Parser is not yaml.SafeLoader and len(text) <= _RETELL_BYTES:
         # libyaml's events are fast; on a syntax error the pure Python parser tells it again,
         # in its own words, which say more and are the same on every machine
-        builder = _Builder(text, filename)
+        builder = _Builder(text, filename, words=words)
         data = builder.build(yaml.SafeLoader)
     if builder.problems:
         raise ConfigError(builder.problems)
@@ -131,6 +136,7 @@ class _Builder:
 
     text: str
     filename: str
+    words: frozenset[Path_] = frozenset()
     marks: Marks = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
     _log: list[tuple[Path_, tuple[int, int]]] = field(default_factory=list)
@@ -284,6 +290,8 @@ class _Builder:
             tag = self._resolve(event)
         if tag not in _SCALAR_TAGS:
             self._problem(event, path, f"unsupported YAML tag {_short(tag)}")
+            return event.value
+        if tag == _BOOL_TAG and event.tag is None and path in self.words:
             return event.value
         node = yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark, event.style)
         try:
@@ -664,19 +672,24 @@ def read_whole(path: str | Path) -> tuple[str, list[Problem]]:
 
 
 def load_file(
-    model: type[M], path: str | Path, *, required: Sequence[Path_] = (), top: str = ""
+    model: type[M],
+    path: str | Path,
+    *,
+    required: Sequence[Path_] = (),
+    top: str = "",
+    words: frozenset[Path_] = frozenset(),
 ) -> M:
     """Read, parse and validate one YAML file against ``model``, every problem at once.
 
     ``required`` names keys that a file must have even where the model has defaults (its
     built-in use stays lenient). An empty file is an error when anything is required, so is
     a file cut short (see ``end_problem``). With ``top`` (e.g. "a mapping of sections"), a
-    document that is not a mapping says so in those words.
+    document that is not a mapping says so in those words. ``words``: see ``load_yaml``.
     """
     filename = str(path)
     text, problems = read_whole(path)
     try:
-        data, marks = load_yaml(text, filename)
+        data, marks = load_yaml(text, filename, words=words)
     except ConfigError as exc:
         raise ConfigError([*problems, *exc.problems]) from None
     if data is None and required:

@@ -20,11 +20,18 @@ from fleetd.remedy.validation_config import ValidationConfig
 
 
 def _yaml_bool_mode(value: object) -> object:
-    """YAML 1.1 reads a bare ``on``/``off`` as a boolean; accept what the operator meant."""
+    """YAML 1.1 reads a bare ``on``/``off`` as a boolean. The config loader keeps the word
+    written here (``config.WORD_FIELDS``): ``On``/``OFF`` are the mode meant, while ``yes`` or
+    ``true`` are refused, not taken as ``on`` (the mode that resets GPUs). A bool (from code)
+    is on or off."""
     if value is True:
         return "on"
     if value is False:
         return "off"
+    if isinstance(value, str) and value.lower() in ("on", "off"):
+        return value.lower()
+    if isinstance(value, str) and value.lower() in ("yes", "no", "true", "false", "y", "n"):
+        raise ValueError(f"{value!r} is not a mode: write off, dry-run or on")
     return value
 
 

@@ -37,6 +37,23 @@ def test_yaml_on_and_off_mean_the_modes(tmp_path: Path) -> None:
     assert cfg.remediation.mode == "on"
     _, cfg = load(tmp_path, "remediation:\n  mode: off\n")
     assert cfg.remediation.mode == "off"
+    _, cfg = load(tmp_path, "remediation:\n  mode: On\n")
+    assert cfg.remediation.mode == "on"
+
+
+@pytest.mark.parametrize("word", ["yes", "true", "True", "no", "false"])
+def test_other_yaml_booleans_are_not_taken_for_a_mode(tmp_path: Path, word: str) -> None:
+    """``mode: yes`` used to load as ``on``, which resets GPUs: it is refused, at its line,
+    with the words to write instead; the other booleans of the file are unaffected."""
+    text = f"remediation:\n  proactive: {{enabled: yes}}\n  mode: {word}\n"
+    text += "alerting: {receivers: [{name: c, console: [{}]}]}\n"
+    path = tmp_path / "fleetd.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    [problem] = caught.value.problems
+    assert (problem.line, problem.key) == (3, "remediation.mode"), problem
+    assert f"{word!r} is not a mode: write off, dry-run or on" in problem.message
 
 
 def test_a_full_section_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
