@@ -313,7 +313,7 @@ def _next_steps(
         steps.append(
             f"held out of service by run {hold.run_id} ({hold.state}"
             f"{': ' + hold.reason if hold.reason else ''}): a human decides; "
-            f"`fleetctl undrain {services.node} {index}` puts it back"
+            f"`fleetctl undrain {services.node} {index} -r REASON` puts it back"
         )
     for alert in alerts:
         if alert["state"] == "pending" and alert.get("active_at") is not None:
@@ -336,7 +336,8 @@ def _next_steps(
             elif remedy.paused.paused:
                 steps.append(
                     f"{alert['rule']} asks for remediation plan '{plan}' but remediation is "
-                    "paused: `fleetctl remediation resume` or act by hand"
+                    f"paused: `fleetctl remediation resume {services.node} -r REASON` or act by "
+                    "hand"
                 )
             elif remedy.breaker.tripped:
                 steps.append(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
@@ -854,6 +855,16 @@ def _from_points(points: list[list[float]]) -> dict[str, Any] | None:
 
 
 # ----------------------------------------------------------------------------------- explain
+def as_typed(step: str, agent: str | None, node: str) -> str:
+    """A suggested ``fleetctl`` command with the node as the engineer named it: the agent
+    writes its own name, which does not resolve when fleetctl was given an address."""
+    if not agent or agent == node:
+        return step
+    return re.sub(
+        r"(`fleetctl [a-z -]*?)" + re.escape(agent) + r"(?= )", lambda m: m.group(1) + node, step
+    )
+
+
 @click.command("explain")
 @click.argument("node")
 @click.argument("gpu", type=click.IntRange(0))
@@ -925,7 +936,7 @@ def explain_command(node: str, gpu: int, as_json: bool, **kw: Any) -> None:
     _explain_trust(fleet, data)
     fleet.echo(paint("\nwhat happens next", "bold"))
     for step in data["next"]:
-        fleet.echo(f"  {step}")
+        fleet.echo(f"  {as_typed(step, data.get('node'), node)}")
     blind = data.get("blind_spots") or []  # an older agent does not send them
     if blind:
         fleet.echo(paint("\nwhat cannot be seen on this node", "bold"))

@@ -89,7 +89,10 @@ def test_a_quarantined_hive_is_out_of_service_and_exits_3(fleet: Fleet) -> None:
         f"GPU 3 is out of service: quarantined by run {held.run_id} (reset, quarantined: "
         "reset refused, still on the GPUs: GPU 0: pid 4242 (stray)); its readings say unhealthy"
     )
-    assert f"fleetctl undrain {agent.name} 3" in explained.output
+    assert f"`fleetctl undrain {agent.name} 3 -r REASON`" in explained.output  # runs as shown
+    # asked by address, the suggestion names the address (the agent's name would not resolve)
+    by_address, _ = fleet.run("explain", agent.address, "3")
+    assert f"`fleetctl undrain {agent.address} 3 -r REASON`" in by_address.output
 
 
 def test_a_reset_run_under_way_exits_3(fleet: Fleet) -> None:
