@@ -174,7 +174,7 @@ def alerts_command(
     replies = fan_out(
         _targets(fleet, nodes), API + "/alerts", params=params, options=fleet.options()
     )
-    found = [(r.target.name, a) for r in replies if r.ok for a in r.data["alerts"]]
+    found = [(r.node, a) for r in replies if r.ok for a in r.data["alerts"]]
     order = {"critical": 0, "warning": 1, "info": 2}
     found.sort(key=lambda na: (order.get(na[1]["severity"], 9), na[0], na[1]["gpu"] or -1))
     code = EXIT_UNREACHABLE if any(not r.ok for r in replies) else EXIT_OK
@@ -350,7 +350,7 @@ def silence_list(
     fleet = _fleet(kw)
     replies = fan_out(_targets(fleet, nodes), API + "/silences", options=fleet.options())
     found = [
-        (r.target.name, s)
+        (r.node, s)
         for r in replies
         if r.ok
         for s in r.data["silences"]
@@ -520,14 +520,14 @@ def remediation_list(nodes: tuple[str, ...], as_json: bool, **kw: Any) -> None:
     targets = _targets(fleet, nodes)
     if nodes:
         replies = fan_out(targets, API + "/remediation/runs", options=fleet.options())
-        runs = [(r.target.name, run) for r in replies if r.ok for run in r.data["runs"]]
+        runs = [(r.node, run) for r in replies if r.ok for run in r.data["runs"]]
     else:
         replies = fan_out(targets, API + "/remediation", options=fleet.options())
-        runs = [(r.target.name, run) for r in replies if r.ok for run in r.data["active"]]
+        runs = [(r.node, run) for r in replies if r.ok for run in r.data["active"]]
     code = EXIT_UNREACHABLE if any(not r.ok for r in replies) else EXIT_OK
     held = []
     if not nodes:
-        held = [(r.target.name, h) for r in replies if r.ok for h in r.data["held"]]
+        held = [(r.node, h) for r in replies if r.ok for h in r.data["held"]]
     if as_json:
         _echo_json(
             {

@@ -60,6 +60,16 @@ class Reply:
         return self.status is not None
 
     @property
+    def node(self) -> str:
+        """The node's name to show: the fleet's name for it, or, for an agent named by its
+        address, the name it answered with (as on its pages), the address if none."""
+        if not self.target.name_known and isinstance(self.data, dict):
+            answered = self.data.get("node")
+            if isinstance(answered, str) and answered:
+                return answered
+        return self.target.name
+
+    @property
     def ok(self) -> bool:
         return self.status is not None and 200 <= self.status < 300
 

@@ -164,7 +164,7 @@ def from_agents(fleet: Fleet, nodes: Sequence[str], window: float | None) -> lis
     params = {"window": f"{window:g}"} if window is not None else None
     out = []
     for reply in fan_out(targets, REPORT_PATH, params=params, options=fleet.options()):
-        name = reply.target.name
+        name = reply.node
         if reply.ok and isinstance(reply.data, dict):
             out.append(NodeReport(name, reply.data, reply.data.get("at")))
         else:

@@ -177,6 +177,9 @@ def test_a_node_can_be_addressed_directly(fleet: Fleet, tmp_path: Path) -> None:
     assert explained.exit_code == 0 and "GpuEccUncorrectableError" in explained.output
     alerts, _ = fleet.run("alerts", sick.address, env=no_inventory)
     assert alerts.exit_code == 0 and "GpuEccUncorrectableError" in alerts.output
+    # the NODE column is the name the agent answered with, as on its pages, not the address
+    [row] = [line for line in alerts.output.splitlines() if "GpuEccUncorrectableError" in line]
+    assert row.split()[0] == sick.name and sick.address not in row, alerts.output
     drained, _ = fleet.run("drain", agent.address, "2", "-r", "by address", env=no_inventory)
     assert drained.exit_code == 0, drained.output
     history, _ = fleet.run("history", agent.address, "2", env=no_inventory)
