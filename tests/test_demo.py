@@ -193,6 +193,18 @@ def test_an_unknown_scenario_is_one_clear_line_and_exit_1() -> None:
     assert len(lines) == 1 and "nosuch: no such scenario; shipped:" in lines[0], done.stderr
 
 
+@pytest.mark.parametrize("duration", ["-5", "0"])
+def test_a_duration_that_is_not_positive_is_a_usage_error(duration: str) -> None:
+    """It used to run and stop at once, as if the demo had nothing to show."""
+    from click.testing import CliRunner
+
+    from fleetd.cli.demo_cmd import demo as demo_command
+
+    result = CliRunner().invoke(demo_command, ["--duration", duration, "--port", "0"])
+    assert result.exit_code == 2, result.output
+    assert "--duration" in result.output and "not in the range x>0" in result.output
+
+
 def test_the_banner_names_the_node_the_scenario_built() -> None:
     def gpu(i: int, model: str, partition: str, hive: str = "0x1") -> GpuIdentity:
         return GpuIdentity(i, f"u{i}", f"0000:0{i}:00.0", model=model, hive_id=hive,

@@ -42,7 +42,7 @@ class LineSink(io.StringIO):
 @click.command("demo")
 @click.option(
     "--duration",
-    type=float,
+    type=click.FloatRange(min=0, min_open=True),
     default=None,
     help="Stop after this many (real) seconds; default: until Ctrl-C.",
 )
