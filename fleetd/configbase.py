@@ -593,9 +593,21 @@ def problems_from(
     return [_problem_from(err, marks, filename, base) for err in _errors(exc)]
 
 
+class KeyProblem(ValueError):
+    """A model's own check that faults one of the keys it was given (``token_file``): the
+    problem is put at that key's line, not at the model's."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
 def _problem_from(err: dict[str, Any], marks: Marks, filename: str, base: Path_) -> Problem:
     # pydantic may append union-member or validator tags to loc: trim to a real key
     path: Path_ = (*base, *err["loc"])
+    cause = (err.get("ctx") or {}).get("error")
+    if isinstance(cause, KeyProblem):
+        path = (*path, cause.key)
     if err["type"] != "missing":
         while len(path) > len(base) and path not in marks:
             path = path[:-1]
@@ -976,20 +988,20 @@ class StrictModel(BaseModel):
 
 def _read_secret_source(key: str, where: object) -> Secret:
     if not isinstance(where, str) or not where:
-        raise ValueError(f"{key} must be a non-empty string")
+        raise KeyProblem(key, "must be a non-empty string")
     if key.endswith("_env"):
         value = os.environ.get(where)
         if value is None:
-            raise ValueError(f"{key}: environment variable {where} is not set")
+            raise KeyProblem(key, f"environment variable {where} is not set")
         return Secret(value)
     try:
         with open(where, "rb") as handle:
             raw = handle.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
-        raise ValueError(f"{key}: cannot read {where}: {exc.strerror}") from None
+        raise KeyProblem(key, f"cannot read {where}: {exc.strerror}") from None
     if len(raw) > MAX_FILE_BYTES:
-        raise ValueError(f"{key}: {where} is larger than {MAX_FILE_BYTES // 1024} KiB")
+        raise KeyProblem(key, f"{where} is larger than {MAX_FILE_BYTES // 1024} KiB")
     try:
         return Secret(raw.decode("utf-8").strip())
     except UnicodeDecodeError:
-        raise ValueError(f"{key}: {where} is not UTF-8 text") from None
+        raise KeyProblem(key, f"{where} is not UTF-8 text") from None

@@ -419,3 +419,14 @@ def test_the_daemon_warns_at_start_of_worker_gpus_the_node_lacks(tmp_path: Path)
         daemon.stop()
     warnings = [e for e in logs if e["event"] == "config_gpu_absent"]
     assert [e["detail"] for e in warnings] == ["vllm worker 'w': no GPU [8] on this node"]
+
+
+def test_an_unreadable_secret_file_is_reported_at_its_own_key(tmp_path: Path) -> None:
+    """The reader of ``token_file`` runs in the section's own check; its problem is put at the
+    ``token_file`` line, not at the section's (which may be far above it)."""
+    text = ALERTING + "api:\n  listen: 127.0.0.1:0\n\n  token_file: /nonexistent/api-token\n"
+    [problem] = problems(write(tmp_path, text))
+    line = text.splitlines().index("  token_file: /nonexistent/api-token") + 1
+    assert problem.startswith(
+        f"{tmp_path / 'fleetd.yaml'}:{line}:3: api.token_file: cannot read"
+    ), problem

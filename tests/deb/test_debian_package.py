@@ -338,7 +338,7 @@ def test_config_check_and_doctor_run_from_the_installed_tree(installed: Node, bu
 
     unedited = node.run(f"fleetd config check {config}")
     assert unedited.returncode == 1
-    assert "api: token_file: cannot read /etc/fleetd/secrets/api-token" in unedited.stderr
+    assert "api.token_file: cannot read /etc/fleetd/secrets/api-token" in unedited.stderr
 
     for name, value in SECRETS.items():  # what the operator does next (docs/operations.md)
         node.put_text(f"/etc/fleetd/secrets/{name}", value + "\n", mode=0o600)
