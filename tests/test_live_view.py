@@ -76,6 +76,7 @@ def test_a_link_down_shows_on_both_ends_in_red_and_matches_fleetctl_status(rig: 
     keys = _indexed(snapshot)[1]
     for gpu, row in by_gpu.items():
         assert keys[gpu]["xgmi_links_up"] == row.xgmi_up
+        assert keys[gpu]["xgmi_links_down"] == row.xgmi_down  # the API's, GET /api/v1/status
     # and the live view's "down" is what GpuXgmiLinkDown fires on
     firing = {
         int(dict(r.labels)["gpu"])
