@@ -48,7 +48,7 @@ class KeyReading:
     name: str
     metric: str
     labels: tuple[tuple[str, str], ...] = ()
-    combine: str = "one"  # one | sum | count_up
+    combine: str = "one"  # one | sum | zeros (how many series read 0)
 
 
 KEY_READINGS: tuple[KeyReading, ...] = (
@@ -75,7 +75,9 @@ KEY_READINGS: tuple[KeyReading, ...] = (
     KeyReading("pcie_speed_gts", "fleetd_gpu_pcie_link_speed_gigatransfers_per_second"),
     KeyReading("pcie_max_speed_gts", "fleetd_gpu_pcie_link_max_speed_gigatransfers_per_second"),
     KeyReading("xgmi_links_up", "fleetd_gpu_xgmi_links", (("state", "up"),)),
-    KeyReading("xgmi_links_down", "fleetd_gpu_xgmi_links", (("state", "down"),)),
+    # the baseline links that read down, as GpuXgmiLinkDown and the live view count them; not
+    # fleetd_gpu_xgmi_links{state="down"}, which counts the port to itself (1 when healthy)
+    KeyReading("xgmi_links_down", "fleetd_gpu_xgmi_link_up", combine="zeros"),
 )
 
 _WANTED = frozenset(k.metric for k in KEY_READINGS) | {"fleetd_gpu_info"}
@@ -156,11 +158,13 @@ def _role(metric: str, labels: tuple[tuple[str, str], ...]) -> tuple[int | None,
 
 def _combine(spec: KeyReading, values: list[float | None]) -> float | None:
     """One key reading from the values of its series: None when there is none or one is
-    missing, else their sum or the last one, as ``spec`` says."""
+    missing, else their sum, how many read 0 or the last one, as ``spec`` says."""
     if not values or any(v is None for v in values):
         return None
     if spec.combine == "sum":
         return float(sum(v for v in values if v is not None))
+    if spec.combine == "zeros":
+        return float(sum(1 for v in values if v == 0))
     return values[-1]
 
 

@@ -2,6 +2,12 @@
 
 Pure rendering: it takes a Snapshot (and what the daemon knows about alerts and remediation)
 and returns a rich renderable, so it is testable without a terminal.
+
+XGMI "down" is judged as ``GpuXgmiLinkDown`` judges it: the links of the GPU's learned
+baseline (``fleetd_gpu_xgmi_link_up``) that now read 0. ``fleetd_gpu_xgmi_links{state="down"}``
+counts every port read "D", the port to itself included, so a healthy GPU reads 1 there
+(``fleetd/collect/collectors/xgmi.py``). "Up" is ``fleetd_gpu_xgmi_links{state="up"}``, the
+XGMI column of ``fleetctl status``.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from fleetd.collect.collectors.xgmi import LINK_UP as XGMI_LINK_UP
 from fleetd.model import Alert, AlertState, Reading, Snapshot
 
 
@@ -36,7 +43,7 @@ class GpuRow:
     pcie_speed: float | None = None
     pcie_max_speed: float | None = None
     xgmi_up: float | None = None
-    xgmi_down: float | None = None
+    xgmi_down: float | None = None  # baseline links now down (GpuXgmiLinkDown's), not ports
     xgmi_error: float | None = None
     util: float | None = None
 
@@ -44,9 +51,14 @@ class GpuRow:
 def rows_from(snapshot: Snapshot) -> list[GpuRow]:
     """Pick the live view's readings out of a snapshot, per GPU."""
     by_gpu: dict[int, dict[tuple[str, str], float | None]] = defaultdict(dict)
+    links_up: dict[int, list[float | None]] = defaultdict(list)
     for reading in snapshot.readings:
         gpu = _gpu_of(reading)
-        if gpu is not None:
+        if gpu is None:
+            continue
+        if reading.metric == XGMI_LINK_UP:
+            links_up[gpu].append(reading.value)
+        else:
             by_gpu[gpu][_slot(reading)] = reading.value
     rows = []
     for status in snapshot.gpus:
@@ -74,12 +86,21 @@ def rows_from(snapshot: Snapshot) -> list[GpuRow]:
                 pcie_speed=get("fleetd_gpu_pcie_link_speed_gigatransfers_per_second"),
                 pcie_max_speed=get("fleetd_gpu_pcie_link_max_speed_gigatransfers_per_second"),
                 xgmi_up=get("fleetd_gpu_xgmi_links", "up"),
-                xgmi_down=get("fleetd_gpu_xgmi_links", "down"),
+                xgmi_down=_links_down(links_up.get(status.gpu.index, [])),
                 xgmi_error=get("fleetd_gpu_xgmi_error_status"),
                 util=get("fleetd_gpu_utilization_ratio", "gfx"),
             )
         )
     return rows
+
+
+def _links_down(values: Sequence[float | None]) -> float | None:
+    """How many of the GPU's baseline links read down (0), as ``GpuXgmiLinkDown`` counts
+    them; None when none of them was read (the status call failed, or not XGMI-capable)."""
+    read = [value for value in values if value is not None]
+    if not read:
+        return None
+    return float(sum(1 for value in read if value == 0))
 
 
 def _gpu_of(reading: Reading) -> int | None:

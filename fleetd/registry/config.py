@@ -34,7 +34,8 @@ class RegistryConfig(StrictModel):
     """How often this node's status row is published."""
     stale_after: Annotated[Duration, Span(0, "1d")] = Field(default=60.0, validate_default=True)
     """The age at which this node's heartbeat counts as stale. The agent does not act on it: readers
-    judge staleness (`fleetctl --stale-after`, default 60 s), so keep the two equal.
+    judge staleness (`--stale-after` of every fleetctl command, default 60 s), so keep the two
+    equal.
     """
     timeout: Annotated[Duration, Span(0, "1m", above=True)] = 5.0
     """Connect timeout of the registry database."""

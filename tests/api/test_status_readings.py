@@ -29,6 +29,11 @@ def _snapshot(hotspot: float | None, power: float, pages: tuple[float, float]) -
         _reading("fleetd_gpu_info", 2, 1.0, serial="S2", bdf="0000:03:00.0"),  # info only
         _reading("fleetd_gpu_power_watts", None, 9.0),  # node-level: no GPU
         _reading("fleetd_gpu_utilization_ratio", 1, 0.5, engine="gfx"),
+        # XGMI: every port read down includes the port to itself; "down" is the links that
+        # read 0 (GpuXgmiLinkDown's), so 1 here, not 2
+        _reading("fleetd_gpu_xgmi_links", 1, 6.0, state="up"),
+        _reading("fleetd_gpu_xgmi_links", 1, 2.0, state="down"),
+        *(_reading("fleetd_gpu_xgmi_link_up", 1, float(p != 3), link=p) for p in (0, 2, 3)),
     )
     return Snapshot("n", TS, (), readings)
 
@@ -60,6 +65,8 @@ def _reference(snapshot: Snapshot) -> dict[int, dict[str, float | None]]:
                 keys[spec.name] = None
             elif spec.combine == "sum":
                 keys[spec.name] = float(sum(v for v in values if v is not None))
+            elif spec.combine == "zeros":
+                keys[spec.name] = float(len([v for v in values if v == 0]))
             else:
                 keys[spec.name] = values[-1]
         out[gpu] = keys
@@ -81,4 +88,5 @@ def test_key_readings_equal_the_reference_poll_after_poll() -> None:
             assert found.by_metric.get("fleetd_gpu_info") == info.get(gpu)
     assert keys[0]["temperature_hotspot_c"] is None and keys[0]["power_w"] == 480.0
     assert keys[0]["retired_pages"] == 4.0 and keys[1]["utilization_gfx"] == 0.5
+    assert keys[1]["xgmi_links_up"] == 6.0 and keys[1]["xgmi_links_down"] == 1.0
     assert set(keys[2].values()) == {None}

@@ -489,3 +489,47 @@ def test_a_table_whose_queries_do_not_merge_is_caught(
     }
     (problem,) = _table_problems("fleetd-node-detail", panel, prometheus, recording)
     assert "label columns differ" in problem  # __name__ differs: Grafana cannot merge the rows
+
+
+def _range(base: str, promql: str, recording: Recording) -> dict[str, dict[float, float]]:
+    """Per GPU, the query's values over the run (time → value), as a range query."""
+    params = {
+        "query": promql,
+        "start": f"{recording.start:.3f}",
+        "end": f"{recording.scrapes[-1][0]:.3f}",
+        "step": f"{SCRAPE_S:g}",
+    }
+    body = requests.get(f"{base}/api/v1/query_range", params=params, timeout=30).json()
+    assert body.get("status") == "success", f"{promql}: {body}"
+    return {
+        series["metric"]["gpu"]: {float(ts): float(value) for ts, value in series["values"]}
+        for series in body["data"]["result"]
+    }
+
+
+def _panel_expr(uid: str, title: str) -> str:
+    (query,) = [q for q in _all_queries() if q.uid == uid and q.where == title]
+    return query.promql
+
+
+# The demo's XGMI fault: GPU 5's link 2 (its peer list skips itself: GPU 2) goes down on both
+# ends at 120 s and clears at 10 min; every other GPU's links stay up.
+XGMI_FAULT_ENDS = {"2", "5"}
+
+
+def test_xgmi_links_down_counts_what_the_rule_fires_on_not_the_port_to_itself(
+    prometheus: str, recording: Recording
+) -> None:
+    """Every GPU reads its XGMI port to itself down (fleetd_gpu_xgmi_links{state="down"} is
+    1 on a healthy GPU); the panel must show 0 there and count the links GpuXgmiLinkDown
+    fires on (fleetd_gpu_xgmi_link_up == 0), at every step of the run."""
+    panel = _range(prometheus, _panel_expr("fleetd-node-detail", "XGMI links down"), recording)
+    rule = _range(prometheus, "count by (gpu) (fleetd_gpu_xgmi_link_up == 0)", recording)
+    raw = _range(prometheus, 'fleetd_gpu_xgmi_links{state="down"}', recording)
+    assert sorted(panel) == [str(gpu) for gpu in range(8)]
+    assert {min(values.values()) for values in raw.values()} == {1.0}  # the port to itself
+    for gpu, values in panel.items():
+        expected = {ts: rule.get(gpu, {}).get(ts, 0.0) for ts in values}
+        assert values == expected, f"GPU {gpu}"
+    bad = {gpu for gpu, values in panel.items() if max(values.values()) > 0}
+    assert bad == XGMI_FAULT_ENDS
