@@ -193,7 +193,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
         "fleetd_gpu_xgmi_links",
         "gauge",
         "",
-        "XGMI links by state: up, down, disabled.",
+        "XGMI ports by the state amdsmi reports (up, down, disabled); a GPU's port to itself counts, and may read down on a healthy board: links down are fleetd_gpu_xgmi_link_up == 0.",
         *GPU,
         "state",
     ),
