@@ -48,6 +48,13 @@ class Fail(click.ClickException):
     exit_code = EXIT_UNHEALTHY
 
 
+class Usage(Fail):
+    """The command cannot be sent as given (no token for a change): exit 2, as click's usage
+    errors such as a missing ``--reason``."""
+
+    exit_code = 2
+
+
 class Unreachable(Fail):
     """A node or the fleet could not be reached or found (exit 2)."""
 
@@ -118,16 +125,16 @@ class Fleet:
             try:
                 text = self.token_file.read_text(encoding="utf-8").strip()
             except OSError as exc:
-                raise Fail(
+                raise Usage(
                     f"cannot read the token file {self.token_file}: {exc.strerror}"
                 ) from None
             if not text:
-                raise Fail(f"the token file {self.token_file} is empty")
+                raise Usage(f"the token file {self.token_file} is empty")
             return text
         env = os.environ.get("FLEETCTL_TOKEN")
         if env:
             return env.strip()
-        raise Fail("this command changes things: give --token-file FILE (or $FLEETCTL_TOKEN)")
+        raise Usage("this command changes things: give --token-file FILE (or $FLEETCTL_TOKEN)")
 
     def targets(self) -> list[Target]:
         """Every agent of the fleet (inventory file or registry)."""

@@ -137,7 +137,11 @@ def test_changes_need_a_token_and_a_reason(fleet: Fleet, tmp_path: Path) -> None
     no_token, _ = fleet.run(
         "drain", "gpu-node-001", "1", "-r", "x", env={"FLEETCTL_TOKEN_FILE": ""}
     )
-    assert no_token.exit_code == 1 and "give --token-file FILE" in no_token.output
+    assert no_token.exit_code == 2 and "give --token-file FILE" in no_token.output  # usage
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    blank, _ = fleet.run("drain", "gpu-node-001", "1", "-r", "x", "--token-file", str(empty))
+    assert blank.exit_code == 2 and "is empty" in blank.output
     wrong = tmp_path / "wrong"
     wrong.write_text("not-the-token-at-all")
     denied, _ = fleet.run("drain", "gpu-node-001", "1", "-r", "x", "--token-file", str(wrong))
