@@ -388,8 +388,12 @@ class Remediation:
             )
 
     def cancel(self, run_id: str, *, who: str, why: str, now: float) -> m.Run:
-        """Stop a run between two steps; what is still drained stays drained and alerted."""
+        """Stop a run between two steps; what is still drained stays drained and alerted.
+        A run that already ended is refused (a person must not read "done" as "cancelled")."""
         with self._lock:
+            ended = self._journal.get(run_id)
+            if ended is not None and ended.terminal:
+                raise RemedyError(f"run {run_id} already ended ({ended.state}): nothing to cancel")
             try:
                 return self.executor.feed(run_id, m.Cancel(who, why), now)
             except KeyError:

@@ -356,6 +356,9 @@ def test_cancel_while_draining_restores_rotation(small: Rig) -> None:
     assert run.state is m.RunState.ABORTED and not run.holding
     assert all(w.in_rotation and w.stops == 0 for w in small.fleet.workers.values())
     assert small.sim.reset_count() == 0
+    # a second cancel is refused, naming the state: "aborted" is not read as "cancelled now"
+    with pytest.raises(RemedyError, match=f"run {run_id} already ended \\(aborted\\)"):
+        small.remediation.cancel(run_id, who="dave", why="again", now=small.clock.now())
 
 
 def test_cancel_after_the_reset_keeps_workers_down_and_says_so(small: Rig) -> None:
