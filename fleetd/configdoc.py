@@ -76,7 +76,11 @@ file and the schema disagree. Regenerate with
 fleetd reads one YAML file, `/etc/fleetd/fleetd.yaml` by default (`fleetd run --config
 PATH`). [fleetd.example.yaml](fleetd.example.yaml) shows every key with production values.
 `fleetd config check PATH` validates a file and the rule files it names, and lists every
-problem at once as `file:line:col: key: message`; unknown keys are errors, not ignored.
+problem of both at once as `file:line:col: key: message`; unknown keys are errors, not
+ignored. A wrong file does not stop the rule files being checked: those its `rules:` section
+names are (when that section is itself wrong, the shipped packs only, and it says so). A rule
+that reads a metric fleetd never writes is listed as a warning, with a "did you mean"; exit 1
+on any problem or warning ([rules.md](rules.md#metric-names-fleetd-never-writes)).
 SIGHUP (`systemctl reload fleetd`) re-reads the file; a file with any problem is rejected and
 the running configuration stays; see
 [operations.md](operations.md#reloading-the-configuration) for what takes effect without a

@@ -49,7 +49,7 @@ from fleetd.model import Reading, Snapshot, Transition
 from fleetd.parts import build_dispatcher, build_engine, build_node_remediation, build_poller
 from fleetd.polltiming import PollTiming
 from fleetd.progress import PollProgress
-from fleetd.reload import apply_reload, reload_logged
+from fleetd.reload import apply_reload, log_unknown_metrics, reload_logged
 from fleetd.remedy.events import ChangeSink
 from fleetd.remedy.reliability import REFRESH_S as KPI_REFRESH_S
 from fleetd.remedy.reliability import ReliabilityReporter
@@ -119,6 +119,7 @@ class Daemon:
         self._evaluated_at = 0.0
 
         rules = load_rules(config.rules)  # bad rule files fail before the GPUs are touched
+        log_unknown_metrics(rules.unknown)  # rules that load and can never fire
         if backend is None:
             backend, sim = open_backend(config, clock)
         self.backend = backend

@@ -161,12 +161,18 @@ def check_state_dir(path: Path) -> Check:
 
 
 def check_rules(blind: Sequence[BlindSpot], total: int) -> Check:
+    """Rules that can never fire: on a metric fleetd never writes (a misspelled name, on any
+    node), or on a GPU input this node never provided."""
     if not blind:
         return Check("rules", "ok", f"every one of {total} rules has its GPU inputs here")
+    unwritten = sum(1 for b in blind if b.unwritten)
+    why = [f"{unwritten} read a metric fleetd never writes"] if unwritten else []
+    if len(blind) > unwritten:
+        why.append(f"{len(blind) - unwritten} an input never provided here")
     return Check(
         "rules",
         "warn",
-        f"{len(blind)} of {total} rules can never fire on this node (inputs never provided)",
+        f"{len(blind)} of {total} rules can never fire on this node ({'; '.join(why)})",
         tuple(b.describe() for b in blind),
     )
 
@@ -368,7 +374,7 @@ def node_checks(
     coverage = InputCoverage(GPU_CATALOG, min_polls=1)
     for snapshot in snapshots:
         coverage.observe(snapshot.readings)
-    blind = coverage.blind_spots(rules) if snapshots else []
+    blind = coverage.blind_spots(rules)  # without a poll: the rules on unwritten names
     checks = run_checks(
         euid=os.geteuid(),
         resets=config.remediation.mode == "on",
@@ -386,7 +392,11 @@ def node_checks(
         workers=config.vllm.workers,
     )
     if not snapshots:
-        checks[-1] = Check("rules", "warn", "not polled (unsafe library): rules not judged")
+        unwritten = [b.describe() for b in blind]
+        detail = "not polled (unsafe library): GPU inputs not judged"
+        if unwritten:
+            detail += f"; {len(unwritten)} rules read a metric fleetd never writes"
+        checks[-1] = Check("rules", "warn", detail, tuple(unwritten))
     else:
         found = [(g.identity.index, g.unsupported()) for g in backend.sources()]
         checks.append(check_unsupported(found))

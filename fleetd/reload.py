@@ -8,7 +8,7 @@ daemon reports is what it runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -16,11 +16,12 @@ from fleetd.alert.dispatch import Dispatcher
 from fleetd.collect.cadence import metric_cadence
 from fleetd.collect.exporter import FleetdExporter
 from fleetd.config import FleetdConfig
-from fleetd.errors import ConfigError
+from fleetd.errors import ConfigError, Problem
 from fleetd.jobs import JobRunner
 from fleetd.logs import get_logger
-from fleetd.rules.config import engine_settings, load_rules
+from fleetd.rules.config import check_rules, engine_settings, rules_to_check
 from fleetd.rules.engine import RuleEngine
+from fleetd.rules.loader import UnknownMetric
 from fleetd.sdnotify import SystemdNotify
 from fleetd.store.resilient import ResilientStore
 
@@ -78,15 +79,29 @@ class Reloadable(Protocol):
 
 
 def apply_reload(daemon: Reloadable) -> None:
-    """Load ``daemon.config_path`` and apply it; raises ConfigError (old config kept)."""
-    assert daemon.config_path is not None
+    """Load ``daemon.config_path`` and apply it; raises ConfigError (old config kept).
+
+    The rejection lists every problem of the file and of the rule files at once: when the
+    file is wrong, the rule files its ``rules:`` section names are checked anyway (when that
+    section cannot be read, the shipped packs, and the rejection says so)."""
+    path = daemon.config_path
+    assert path is not None
     daemon.notifier.reloading()
     now = daemon.now()
+    found: list[Problem] = []
+    loaded: FleetdConfig | None = None
     try:
-        new = daemon.loader(daemon.config_path)
-        rules = load_rules(new.rules)
+        loaded = daemon.loader(path)
     except ConfigError as exc:
-        problems = [str(p) for p in exc.problems]
+        found += exc.problems
+    rules_config, note = rules_to_check(path, None if loaded is None else loaded.rules)
+    checked = check_rules(rules_config)
+    found += checked.problems
+    if note:
+        found.append(Problem(str(path), None, None, "rules", note))
+    log_unknown_metrics(checked.warnings)
+    if loaded is None or checked.rules is None:
+        problems = [str(p) for p in found]
         log.error("config_reload_failed", problems=problems)
         daemon.exporter.record_config_reload(False)
         daemon.engine.reload_rejected(problems)
@@ -97,8 +112,9 @@ def apply_reload(daemon: Reloadable) -> None:
             data={"problems": problems},
         )
         daemon.ready_again()
-        raise
-    new, restart_needed = keep_restart_only(daemon.config, new)
+        raise ConfigError(found)
+    rules = checked.rules
+    new, restart_needed = keep_restart_only(daemon.config, loaded)
     daemon.engine.try_reload(
         lambda: rules,
         engine_settings(
@@ -118,12 +134,29 @@ def apply_reload(daemon: Reloadable) -> None:
         "config_reload",
         now=now,
         message="config reloaded",
-        data={"rules": len(rules), "restart_needed_for": restart_needed},
+        data={
+            "rules": len(rules),
+            "restart_needed_for": restart_needed,
+            "warnings": [str(u.where) for u in checked.warnings],
+        },
     )
     if restart_needed:
         log.warning("config_reload_needs_restart", sections=restart_needed)
     log.info("config_reloaded", rules=len(rules))
     daemon.ready_again()
+
+
+def log_unknown_metrics(unknown: Sequence[UnknownMetric]) -> None:
+    """A warning for every rule selector on a metric fleetd never writes (the rule loads and
+    can never fire): at start and at every reload."""
+    for item in unknown:
+        log.warning(
+            "rule_reads_unknown_metric",
+            rule=item.rule,
+            metric=item.metric,
+            suggestion=item.suggestion,
+            where=str(item.where),
+        )
 
 
 def reload_logged(daemon: Reloadable) -> bool:

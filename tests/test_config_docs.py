@@ -145,6 +145,66 @@ def test_config_check_also_checks_the_rule_files_it_names(tmp_path: Path) -> Non
     assert f"{local / 'site.yaml'}:2:5: rules[0].severity: required key is missing" in result.output
 
 
+def test_config_check_reports_the_file_and_its_rule_files_problems_at_once(
+    tmp_path: Path,
+) -> None:
+    """A wrong poll interval does not hide the rule files' problems: one run lists all."""
+    local = tmp_path / "rules.d"
+    local.mkdir()
+    site = local / "site.yaml"
+    site.write_text(
+        "rules:\n  - name: X\n    expr: fleetd_gpu_up ==\n    severity: info\n"
+        "disable: [GpuMisssing]\n"
+    )
+    path = tmp_path / "fleetd.yaml"
+    path.write_text(f"poll: {{interval: 7q}}\nrules: {{local_dir: {local}}}\n{ALERTING}")
+    result = CliRunner().invoke(main, ["config", "check", str(path)])
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        f"{path}:1:8: poll.interval: invalid duration '7q': use seconds or text like '30s', "
+        "'5m', '1h30m'",
+        f"{site}:3:27: rules[0].expr: unexpected end of expression",
+        f"{site}:5:11: disable[0]: no rule named 'GpuMisssing' to disable; "
+        "did you mean 'GpuMissing'?",
+        f"{path}: 3 problem(s), 0 warning(s)",
+    ]
+
+
+def test_config_check_says_which_rules_it_checked_when_the_rules_section_is_wrong(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "fleetd.yaml"
+    path.write_text(f"rules: {{local_dir: 7, shipped: true}}\n{ALERTING}")
+    result = CliRunner().invoke(main, ["config", "check", str(path)])
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[-2:] == [
+        f"{path}: rules.packs and rules.local_dir not checked: the rules: section could not "
+        "be read; only the shipped packs were checked",
+        f"{path}: 1 problem(s), 0 warning(s)",
+    ]
+
+
+def test_config_check_warns_of_a_rule_on_a_metric_fleetd_never_writes(tmp_path: Path) -> None:
+    local = tmp_path / "rules.d"
+    local.mkdir()
+    site = local / "site.yaml"
+    site.write_text(
+        "rules:\n  - name: HotspotTooHot\n"
+        '    expr: fleetd_gpu_temprature_celsius{sensor="hotspot"} > 90\n'
+        "    severity: warning\n"
+    )
+    path = tmp_path / "fleetd.yaml"
+    path.write_text(f"rules: {{local_dir: {local}}}\n{ALERTING}")
+    result = CliRunner().invoke(main, ["config", "check", str(path)])
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr.splitlines() == [
+        f"{site}:3:11: rules[0].expr: warning: rule 'HotspotTooHot' reads "
+        "'fleetd_gpu_temprature_celsius', a metric fleetd never writes: the rule can never "
+        "fire; did you mean 'fleetd_gpu_temperature_celsius'?",
+        f"{path}: 0 problem(s), 1 warning(s)",
+    ]
+
+
 def test_example_workers_match_the_vllm_unit_template(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -163,3 +163,60 @@ def test_a_reload_while_the_database_is_locked_never_stops_the_daemon(
             locker.rollback()
             locker.close()
         daemon.stop()
+
+
+def test_a_rejected_reload_lists_the_config_and_the_rule_files_problems_together(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    rules_dir = tmp_path / "rules.d"
+    rules_dir.mkdir()
+    path = write(tmp_path / "fleetd.yaml", base(tmp_path))
+    daemon = daemon_from(path, build_node("MI355X", seed=7, clock=clock), clock)
+    daemon.start()
+    try:
+        bad = rules_dir / "bad.yaml"
+        bad.write_text("rules:\n  - name: Broken\n    expr: fleetd_gpu_up >\n    severity: info\n")
+        write(path, base(tmp_path, poll={"interval": "7q", "gpu_timeout": "2s"}))
+        assert daemon.reload() is False
+        problems = daemon.engine.reload_status.last_problems
+        assert [p.split(": ")[1] for p in problems] == ["poll.interval", "rules[0].expr"]
+        assert problems[0].startswith(f"{path}:") and problems[1].startswith(f"{bad}:3:")
+        event = daemon.store.query_events(kinds=["config_reload"])[-1]
+        assert event.data["problems"] == list(problems)
+        # the rules: section itself wrong: the shipped packs are checked, and it says so
+        write(path, base(tmp_path, rules={"local_dir": 7}))
+        assert daemon.reload() is False
+        problems = daemon.engine.reload_status.last_problems
+        assert problems[-1] == (
+            f"{path}: rules: rules.packs and rules.local_dir not checked: the rules: section "
+            "could not be read; only the shipped packs were checked"
+        )
+        assert not any("bad.yaml" in p for p in problems)
+    finally:
+        daemon.stop()
+
+
+def test_a_rule_on_a_metric_fleetd_never_writes_loads_and_is_recorded_as_a_warning(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """A warning, not a rejection: a pack that loads today keeps loading."""
+    rules_dir = tmp_path / "rules.d"
+    rules_dir.mkdir()
+    path = write(tmp_path / "fleetd.yaml", base(tmp_path))
+    daemon = daemon_from(path, build_node("MI355X", seed=7, clock=clock), clock)
+    daemon.start()
+    try:
+        site = rules_dir / "site.yaml"
+        site.write_text(
+            "rules:\n  - name: HotspotTooHot\n"
+            '    expr: fleetd_gpu_temprature_celsius{sensor="hotspot"} > 90\n'
+            "    severity: warning\n"
+        )
+        assert daemon.reload() is True
+        assert daemon.engine.rules.get("HotspotTooHot") is not None
+        event = daemon.store.query_events(kinds=["config_reload"])[-1]
+        (warning,) = event.data["warnings"]
+        assert warning.startswith(f"{site}:3:11: rules[0].expr: rule 'HotspotTooHot' reads")
+        assert "did you mean 'fleetd_gpu_temperature_celsius'?" in warning
+    finally:
+        daemon.stop()

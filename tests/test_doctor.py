@@ -24,7 +24,9 @@ from fleetd.doctor import (
 )
 from fleetd.model import GpuIdentity
 from fleetd.remedy.holders import KfdInspector
+from fleetd.rules.config import shipped_rules_dir
 from fleetd.rules.coverage import BlindSpot
+from fleetd.rules.loader import load_rule_set
 from fleetd.vllm.config import VllmWorkerConfig
 
 
@@ -118,6 +120,22 @@ def test_blind_rules_are_listed_and_the_worst_status_is_the_exit_code() -> None:
 ALERTING = "alerting: {receivers: [{name: c, console: [{}]}]}\n"
 
 
+def test_a_rule_on_a_metric_fleetd_never_writes_is_listed_as_never_firing() -> None:
+    blind = [
+        BlindSpot("Typo", ("fleetd_gpu_temprature_celsius",), ("fleetd_gpu_temprature_celsius",)),
+        BlindSpot("GpuXgmiError", ("fleetd_gpu_xgmi_error_status",)),
+    ]
+    rules = check_rules(blind, 29)
+    assert (rules.status, rules.detail) == (
+        "warn",
+        "2 of 29 rules can never fire on this node (1 read a metric fleetd never writes; "
+        "1 an input never provided here)",
+    )
+    assert (
+        rules.items[0] == "Typo can never fire: fleetd never writes fleetd_gpu_temprature_celsius"
+    )
+
+
 def doctor(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "fleetd", "doctor", *args],
@@ -149,6 +167,27 @@ def test_doctor_on_a_simulated_node(tmp_path: Path) -> None:
     # a check leaves no trace where a running daemon keeps its state (simulated port
     # baselines, a simulated sysfs tree): the state directory is not even created
     assert not (tmp_path / "state").exists()
+
+
+def test_doctor_lists_a_local_rule_on_a_misspelled_metric(tmp_path: Path) -> None:
+    local = tmp_path / "rules.d"
+    local.mkdir()
+    (local / "site.yaml").write_text(
+        "rules:\n  - name: HotspotTooHot\n"
+        '    expr: fleetd_gpu_temprature_celsius{sensor="hotspot"} > 90\n'
+        "    severity: warning\n"
+    )
+    config = tmp_path / "fleetd.yaml"
+    config.write_text(f"state_dir: {tmp_path / 'state'}\nrules: {{local_dir: {local}}}\n{ALERTING}")
+    result = doctor("--config", str(config), "--simulate", "healthy", "--json")
+    assert result.returncode == 1, result.stdout + result.stderr
+    rules = {c["name"]: c for c in json.loads(result.stdout)["checks"]}["rules"]
+    assert rules["status"] == "warn"
+    total = len(load_rule_set([shipped_rules_dir()])) + 1
+    assert rules["detail"].startswith(f"1 of {total} rules can never fire on this node")
+    assert rules["items"] == [
+        "HotspotTooHot can never fire: fleetd never writes fleetd_gpu_temprature_celsius"
+    ]
 
 
 def test_doctor_refuses_nothing_but_reports_an_unsafe_library(tmp_path: Path) -> None:

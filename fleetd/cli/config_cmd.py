@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from fleetd.cli.problems import echo_problems
+from fleetd.cli.problems import echo_problems, echo_warnings
 from fleetd.config import load_config
 from fleetd.errors import ConfigError
 
@@ -22,16 +22,33 @@ def config() -> None:
 @click.argument("path", type=click.Path(path_type=Path))
 def check(path: Path) -> None:
     """Validate PATH and the rule files it names (shipped packs, extra packs, the local rule
-    directory); exit 1 and list every problem as file:line:col: key: message."""
-    from fleetd.rules.config import load_rules
+    directory); exit 1 and list every problem as file:line:col: key: message, those of the
+    file and of the rules together, and every rule that reads a metric fleetd never writes.
 
+    When PATH itself is wrong, the rule files its ``rules:`` section names are still checked;
+    when that section cannot be read, the shipped packs are, and it says so."""
+    from fleetd.rules.config import check_rules, rules_to_check
+
+    problems = []
+    config = None
     try:
         config = load_config(path)
-        rules = load_rules(config.rules)
     except ConfigError as exc:
-        echo_problems(exc)
+        problems += exc.problems
+    rules_config, note = rules_to_check(path, None if config is None else config.rules)
+    found = check_rules(rules_config)
+    problems += found.problems
+    echo_problems(ConfigError(problems))
+    echo_warnings(found.warnings)
+    if note:
+        click.echo(f"{path}: {note}", err=True)
+    if problems or found.warnings:
+        click.echo(
+            f"{path}: {len(problems)} problem(s), {len(found.warnings)} warning(s)", err=True
+        )
         sys.exit(1)
-    click.echo(f"{path}: OK ({len(rules)} rules)")
+    assert found.rules is not None
+    click.echo(f"{path}: OK ({len(found.rules)} rules)")
 
 
 @config.command("reference")

@@ -1,6 +1,7 @@
 """``fleetd rules check|test|export``: validate rule files, run their unit tests, export them.
 
-Exit codes: 0 all good; 1 a rule file has problems or a test failed.
+Exit codes: 0 all good; 1 a rule file has problems (or, for ``check``, a warning: a rule
+reads a metric fleetd never writes, so it can never fire) or a test failed.
 """
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ from pathlib import Path
 
 import click
 
-from fleetd.cli.problems import echo_problems
+from fleetd.cli.problems import echo_problems, echo_warnings
 from fleetd.errors import ConfigError
 from fleetd.rules.config import shipped_rules_dir
 from fleetd.rules.export import export_prometheus
-from fleetd.rules.loader import RULE_FILE_SUFFIXES, load_rule_set, rule_files
+from fleetd.rules.loader import RULE_FILE_SUFFIXES, check_rule_set, load_rule_set, rule_files
 from fleetd.rules.ruletest import run_test_file
 
 _PATHS = click.Path(path_type=Path)
@@ -35,15 +36,19 @@ def rules() -> None:
     "`disable` names resolve), or on their own.",
 )
 def check(paths: tuple[Path, ...], shipped: bool) -> None:
-    """Validate rule files (or directories of them); list every problem as file:line:col."""
+    """Validate rule files (or directories of them); list every problem as file:line:col,
+    and warn of every selector on a metric fleetd never writes (exit 1 on either)."""
     base = [shipped_rules_dir()] if shipped else []
-    try:
-        loaded = load_rule_set(base, list(paths))
-    except ConfigError as exc:
-        echo_problems(exc)
-        click.echo(f"{len(exc.problems)} problem(s) found", err=True)
+    found = check_rule_set(base, list(paths))
+    echo_problems(ConfigError(list(found.problems)))
+    echo_warnings(found.warnings)
+    if found.problems or found.warnings:
+        click.echo(
+            f"{len(found.problems)} problem(s), {len(found.warnings)} warning(s) found", err=True
+        )
         sys.exit(1)
-    mine = [r for r in loaded.rules if any(_within(r.source, p) for p in paths)]
+    assert found.rules is not None
+    mine = [r for r in found.rules.rules if any(_within(r.source, p) for p in paths)]
     click.echo(f"OK: {len(rule_files(paths))} file(s), {len(mine)} rule(s)")
 
 

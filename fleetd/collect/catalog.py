@@ -972,3 +972,17 @@ CATALOG: dict[str, MetricSpec] = {
 def spec(name: str) -> MetricSpec:
     """The catalog entry of ``name``; KeyError for a metric fleetd does not export."""
     return CATALOG[name]
+
+
+HISTOGRAM_SERIES = ("_bucket", "_sum", "_count")
+"""The series a histogram family is written as (``x_bucket`` with ``le``, ``x_sum``, ``x_count``)."""
+
+SERIES_NAMES: frozenset[str] = frozenset(
+    name + suffix if spec.type == "histogram" else name
+    for name, spec in CATALOG.items()
+    for suffix in (HISTOGRAM_SERIES if spec.type == "histogram" else ("",))
+)
+"""Every metric name fleetd writes into its window and store, so every name a rule can read:
+the catalog's (GPU, events and fault incidents, vLLM and serving, fleetd's own, rules, alerts,
+remediation, store, clock, fleet, KPI), a histogram as its three series, never by its family
+name. fleetd has no recording rules: a rule's result is an alert, not a series."""

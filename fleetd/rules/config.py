@@ -7,9 +7,19 @@ from typing import Annotated
 
 from pydantic import Field, StrictBool, StrictInt, field_validator
 
-from fleetd.configbase import Duration, Span, StrictModel, check_http_url, documents
+from fleetd.configbase import (
+    Duration,
+    Span,
+    StrictModel,
+    check_http_url,
+    documents,
+    load_yaml,
+    read_whole,
+    validate,
+)
+from fleetd.errors import ConfigError
 from fleetd.rules.engine import EngineSettings
-from fleetd.rules.loader import RuleSet, load_rule_set
+from fleetd.rules.loader import RuleCheck, RuleSet, check_rule_set, load_rule_set
 
 DEFAULT_LOCAL_DIR = Path("/etc/fleetd/rules.d")
 
@@ -71,10 +81,51 @@ def shipped_rules_dir() -> Path:
 
 def load_rules(config: RulesConfig) -> RuleSet:
     """Shipped packs (unless switched off), extra packs, then the local directory."""
+    packs, local = _sources(config)
+    return load_rule_set(packs, local, runbook_base_url=config.runbook_base_url)
+
+
+def check_rules(config: RulesConfig) -> RuleCheck:
+    """``load_rules`` that returns every problem and warning instead of raising."""
+    packs, local = _sources(config)
+    return check_rule_set(packs, local, runbook_base_url=config.runbook_base_url)
+
+
+def _sources(config: RulesConfig) -> tuple[list[Path], list[Path]]:
     packs: list[Path] = [shipped_rules_dir()] if config.shipped else []
     packs.extend(config.packs)
     local = [config.local_dir] if config.local_dir is not None and config.local_dir.is_dir() else []
-    return load_rule_set(packs, local, runbook_base_url=config.runbook_base_url)
+    return packs, local
+
+
+def rules_section(path: str | Path) -> RulesConfig | None:
+    """The ``rules:`` section of the fleetd.yaml at ``path`` on its own, for checking the rule
+    files it names when another section of the file is wrong; None when the file is not YAML
+    or the section itself is wrong (an absent section is the defaults)."""
+    filename = str(path)
+    try:
+        text, _ = read_whole(path)
+        data, marks = load_yaml(text, filename)
+        section = data.get("rules") if isinstance(data, dict) else None
+        return validate(RulesConfig, section, marks, filename, ("rules",))
+    except (ConfigError, OSError):
+        return None
+
+
+def rules_to_check(path: str | Path, config: RulesConfig | None) -> tuple[RulesConfig, str]:
+    """The rule files to check for the fleetd.yaml at ``path``: its ``rules:`` section when
+    the file loaded (``config``) or the section alone is right, else the shipped packs only,
+    and a note saying so (empty when the file's own rule files are checked)."""
+    if config is not None:
+        return config, ""
+    section = rules_section(path)
+    if section is not None:
+        return section, ""
+    note = (
+        "rules.packs and rules.local_dir not checked: the rules: section could not be read; "
+        "only the shipped packs were checked"
+    )
+    return RulesConfig(shipped=True, packs=[], local_dir=None), note
 
 
 def engine_settings(

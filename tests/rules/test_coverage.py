@@ -56,3 +56,25 @@ def test_a_blind_spot_goes_once_its_input_carries_a_value_and_a_reload_is_judged
     assert [b.rule for b in coverage.blind_spots(reloaded)] == ["Power"]
     assert {r.metric for r in coverage.readings(reloaded, 6.0)} == {SUPPORTED_METRIC}
     assert coverage.blind_spots(rules) == []
+
+
+def test_a_rule_on_a_metric_fleetd_never_writes_is_blind_from_the_start(tmp_path: Path) -> None:
+    """A misspelled name is not a question of the hardware: no poll is needed to judge it,
+    and no value of any judged GPU metric makes it fire."""
+    coverage = InputCoverage({"temp"}, min_polls=2, written={"fleetd_gpu_up"})
+    rules = rule_set(
+        tmp_path,
+        "rules:\n"
+        "  - name: Typo\n    expr: tmep > 90 and temp > 0\n    severity: info\n"
+        "  - name: Hot\n    expr: temp > 90\n    severity: info\n",
+    )
+    blind = BlindSpot("Typo", ("tmep",), ("tmep",))
+    assert coverage.blind_spots(rules) == [blind]  # not observed yet: only the unwritten name
+    assert blind.describe() == "Typo can never fire: fleetd never writes tmep"
+    poll(coverage, temp=60.0)
+    poll(coverage, temp=60.0)
+    assert coverage.blind_spots(rules) == [blind]
+    supported = {dict(r.labels)["rule"]: r.value for r in coverage.readings(rules, 5.0)}
+    assert supported == {"Typo": 0.0, "Hot": 1.0}
+    mixed = BlindSpot("X", ("a", "tmep"), ("tmep",))
+    assert mixed.describe() == "X can never fire: fleetd never writes tmep; a never provided"

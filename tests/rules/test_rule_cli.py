@@ -35,8 +35,8 @@ def invoke(*args: str) -> tuple[int, str, str]:
 
 class TestCheck:
     def test_the_shipped_packs_are_ok(self) -> None:
-        code, out, _ = invoke("rules", "check", str(REPO / "rules"))
-        assert code == 0
+        code, out, err = invoke("rules", "check", str(REPO / "rules"))
+        assert (code, err) == (0, "")  # no problem, no warning: every metric read is written
         rules, _ = shipped_counts()
         assert rules >= 27
         assert out.startswith(f"OK: 4 file(s), {rules} rule(s)")
@@ -54,8 +54,86 @@ class TestCheck:
         assert err.splitlines() == [
             f"{bad}:3:27: rules[0].expr: unexpected end of expression",
             f"{bad}:7:5: rules[1].severity: Input should be 'critical', 'warning' or 'info'",
-            "2 problem(s) found",
+            f"{bad}:8:11: disable[0]: no rule named 'NoSuchRule' to disable",
+            "3 problem(s), 0 warning(s) found",
         ]
+
+    def test_a_duplicate_name_does_not_hide_a_misspelled_disable_in_the_same_file(
+        self, tmp_path: Path
+    ) -> None:
+        bad = tmp_path / "site.yaml"
+        bad.write_text(
+            "rules:\n"
+            "  - name: Mine\n    expr: fleetd_gpu_up == 0\n    severity: info\n"
+            "  - name: Mine\n    expr: fleetd_gpu_up == 0\n    severity: info\n"
+            "disable: [GpuPowerThrotling]\n"
+        )
+        code, out, err = invoke("rules", "check", str(bad))
+        assert (code, out) == (1, "")
+        assert err.splitlines() == [
+            f"{bad}:5:5: rules[1].name: rule 'Mine' is already defined in rules[0]",
+            f"{bad}:8:11: disable[0]: no rule named 'GpuPowerThrotling' to disable; "
+            "did you mean 'GpuPowerThrottling'?",
+            "2 problem(s), 0 warning(s) found",
+        ]
+
+    def test_a_selector_on_a_metric_fleetd_never_writes_is_a_warning_and_exit_is_1(
+        self, tmp_path: Path
+    ) -> None:
+        """The rule loads but can never fire: each such selector, where it is written, the
+        rule, and the closest name fleetd writes when one is close."""
+        site = tmp_path / "site.yaml"
+        site.write_text(
+            "rules:\n"
+            "  - name: HotspotTooHot\n"
+            '    expr: fleetd_gpu_temprature_celsius{sensor="hotspot"} > 90\n'
+            "    severity: warning\n"
+            "  - name: Fine\n    expr: fleetd_gpu_up == 0\n    severity: info\n"
+            "  - name: Foreign\n"
+            "    expr: >-\n"
+            "      fleetd_gpu_up == 0\n"
+            "      and on() node_load1 > 4\n"
+            "    severity: info\n"
+        )
+        code, out, err = invoke("rules", "check", str(site))
+        assert (code, out) == (1, "")
+        assert err.splitlines() == [
+            f"{site}:3:11: rules[0].expr: warning: rule 'HotspotTooHot' reads "
+            "'fleetd_gpu_temprature_celsius', a metric fleetd never writes: the rule can never "
+            "fire; did you mean 'fleetd_gpu_temperature_celsius'?",
+            f"{site}:11:16: rules[2].expr: warning: rule 'Foreign' reads 'node_load1', a "
+            "metric fleetd never writes: the rule can never fire",
+            "0 problem(s), 2 warning(s) found",
+        ]
+
+    def test_a_histogram_is_read_as_its_three_series_not_by_its_family_name(
+        self, tmp_path: Path
+    ) -> None:
+        site = tmp_path / "site.yaml"
+        family = "fleetd_vllm_time_to_first_token_seconds"
+        site.write_text(
+            "rules:\n"
+            "  - name: SlowFirstToken\n"
+            f"    expr: histogram_quantile(0.9, rate({family}_bucket[5m])) > 2\n"
+            "    severity: info\n"
+            "  - name: Requests\n"
+            f"    expr: rate({family}_count[5m]) / rate({family}_sum[5m]) > 0\n"
+            "    severity: info\n"
+        )
+        code, out, err = invoke("rules", "check", str(site))
+        assert (code, out.strip(), err) == (0, "OK: 1 file(s), 2 rule(s)", "")
+        site.write_text(f"rules:\n  - name: Bare\n    expr: {family} > 2\n    severity: info\n")
+        code, _, err = invoke("rules", "check", str(site))
+        assert code == 1
+        assert f"{site}:3:11: rules[0].expr: warning: rule 'Bare' reads '{family}'" in err
+
+    def test_a_disabled_rule_on_an_unwritten_metric_is_not_warned_of(self, tmp_path: Path) -> None:
+        site = tmp_path / "site.yaml"
+        site.write_text(
+            "rules:\n  - name: Old\n    expr: node_load1 > 4\n    severity: info\ndisable: [Old]\n"
+        )
+        code, out, err = invoke("rules", "check", str(site))
+        assert (code, out.strip(), err) == (0, "OK: 1 file(s), 0 rule(s)", "")
 
     def test_local_rules_override_shipped_ones(self, tmp_path: Path) -> None:
         local = tmp_path / "site.yaml"

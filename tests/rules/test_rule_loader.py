@@ -266,7 +266,7 @@ class TestRuleSets:
         with pytest.raises(ConfigError) as info:
             load_rule_set([shipped], [local])
         assert [str(p) for p in info.value.problems] == [
-            f"{local}:3:5: disable[1]: no rule named 'Hott' to disable"
+            f"{local}:3:5: disable[1]: no rule named 'Hott' to disable; did you mean 'Hot'?"
         ]
 
     def test_problems_in_several_files_are_all_reported(self, tmp_path: Path) -> None:
@@ -291,3 +291,59 @@ class TestRuleSets:
         )
         a, b = load_rule_set([path]).rules
         assert a.expr.lhs is b.expr.lhs  # type: ignore[union-attr]
+
+
+class TestUnwrittenMetrics:
+    """A selector on a metric fleetd never writes: a warning, not a problem (the rule loads,
+    and can never fire), kept with where it is written and the closest name fleetd writes."""
+
+    def test_each_selector_is_a_warning_with_its_position_rule_and_suggestion(
+        self, tmp_path: Path
+    ) -> None:
+        path = tmp_path / "site.yaml"
+        path.write_text(
+            "rules:\n"
+            "  - name: HbmHot\n"
+            "    expr: max(fleetd_gpu_temprature_celsius{sensor='hbm'}) > 95"
+            " unless fleetd_gpu_temprature_celsius{sensor='hbm'} < 0\n"
+            "    severity: warning\n"
+        )
+        rules = load_rule_set([], [path])
+        assert [r.name for r in rules.rules] == ["HbmHot"]  # loaded all the same
+        assert [(u.rule, u.metric, u.suggestion) for u in rules.unknown] == [
+            ("HbmHot", "fleetd_gpu_temprature_celsius", "fleetd_gpu_temperature_celsius")
+        ] * 2
+        assert [(w.line, w.col, w.key) for w in rules.warnings] == [
+            (3, 15, "rules[0].expr"),
+            (3, 72, "rules[0].expr"),
+        ]
+        assert rules.unknown[0].describe() == (
+            "HbmHot can never fire: fleetd never writes fleetd_gpu_temprature_celsius "
+            "(did you mean fleetd_gpu_temperature_celsius?)"
+        )
+
+    def test_only_the_rules_that_run_are_warned_of(self, tmp_path: Path) -> None:
+        """A shipped-pack rule on an unwritten name that a local rule replaces is not."""
+        shipped = tmp_path / "s" / "a.yaml"
+        shipped.parent.mkdir()
+        shipped.write_text("rules:\n" + GOOD_RULE)  # temp: not a name fleetd writes
+        local = tmp_path / "site.yaml"
+        local.write_text(
+            "rules:\n  - name: Hot\n    expr: fleetd_gpu_up == 0\n    severity: info\n"
+        )
+        assert load_rule_set([shipped]).unknown[0].rule == "Hot"
+        assert load_rule_set([shipped], [local]).unknown == ()
+        assert load_rule_set([shipped], known_metrics=None).unknown == ()  # not checked
+
+    def test_a_rule_that_does_not_compile_can_still_be_disabled_elsewhere(
+        self, tmp_path: Path
+    ) -> None:
+        """Its own problem is reported, not a false "no rule named" for the disable."""
+        broken = tmp_path / "s" / "a.yaml"
+        broken.parent.mkdir()
+        broken.write_text("rules:\n  - name: Hot\n    expr: temp >\n    severity: warning\n")
+        local = tmp_path / "site.yaml"
+        local.write_text("disable: [Hot]\n")
+        with pytest.raises(ConfigError) as info:
+            load_rule_set([broken], [local])
+        assert [p.key for p in info.value.problems] == ["rules[0].expr"]
