@@ -100,8 +100,10 @@ def test_a_driver_that_keeps_its_counts_across_the_reset_still_readmits_the_hive
     10-minute ``increase`` still sees the pre-reset error for ten minutes after the reset the
     hive needed, longer than the demo's 60 s verification: the counts compared with the
     pre-reset baseline judge it (kept, no new error), so the repaired hive is re-admitted
-    instead of quarantined (verification failed: … GpuEccUncorrectableError … holds)."""
-    built, _ = demo
+    instead of quarantined (verification failed: … GpuEccUncorrectableError … holds). The
+    rule stands down for its window after the reset closed the fault's incident, so the alert
+    resolves once the run is done instead of ten minutes later, the GPUs healthy."""
+    built, lines = demo
     daemon = built.daemon
     assert daemon.sim is not None
     for gpu in daemon.sim.node.gpus:  # a few correctable errors, as on any GPU run a while
@@ -122,6 +124,14 @@ def test_a_driver_that_keeps_its_counts_across_the_reset_still_readmits_the_hive
     [run] = daemon.remediation.runs()
     assert run.reset_effect == "kept", run.evidence
     assert run.state is m.RunState.DONE, run.outcome
+    text = "\n".join(lines)
+    # the first report's alert pages (the kernel line's when the real-time log is read first)
+    reports = ("GpuEccUncorrectableError", "GpuKernelUncorrectableError")
+    fired = [rule for rule in reports if f"FIRING   critical {rule}" in text]
+    assert len(fired) == 1 and f"RESOLVED critical {fired[0]}" in text, text
+    assert "further_trigger" not in text
+    assert daemon.last_snapshot is not None
+    assert daemon.status_line(daemon.last_snapshot).startswith("8/8 GPUs healthy")
 
 
 def test_metrics_and_api_are_served(demo: tuple[Demo, list[str]], clock: FakeClock) -> None:
