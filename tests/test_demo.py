@@ -91,6 +91,17 @@ def test_the_uncorrectable_error_is_remediated_end_to_end(
     assert all(w.in_rotation and w.state() == "active" for w in built.fleet.workers.values())
     assert daemon.last_snapshot is not None
     assert daemon.status_line(daemon.last_snapshot).startswith("8/8 GPUs healthy")
+    # the report scores the repair as a fault found (the trigger proved it), not as a reset
+    # of healthy GPUs (precision 0 %)
+    assert daemon.http is not None
+    url = f"http://{daemon.http.address}/api/v1/report"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        report = json.load(response)
+    [verdict] = [r["verdict"] for r in report["runs"]]
+    assert verdict == "fault_found"
+    [rule] = [r for r in report["rules"] if r["rule"] == fired[0]]
+    assert (rule["runs"], rule["fault_found"], rule["nothing_found"]) == (1, 1, 0)
+    assert rule["precision"] == 1.0
 
 
 def test_a_driver_that_keeps_its_counts_across_the_reset_still_readmits_the_hive(
