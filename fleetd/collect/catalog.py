@@ -943,7 +943,7 @@ KPI_METRICS: tuple[MetricSpec, ...] = (
     _m("fleetd_kpi_hive_time_between_incidents_seconds", "gauge", "seconds", "Mean time between a hive's incidents in the window (with two or more).", "hive"),
     _m("fleetd_kpi_gpu_out_of_service_seconds", "gauge", "seconds", "GPU-seconds remediation runs kept GPUs out of service within the window (drain to back in service; still held: until now); / 3600 for GPU-hours."),
     _m("fleetd_rule_mode", "gauge", "", "A loaded rule's trust stage (shadow, alert, remediate); the value is always 1.", "rule", "mode"),
-    _m("fleetd_rule_remediation_verdicts", "gauge", "", "A rule's automatic runs in the window by what they found: fault_found (verification or validation failed), nothing_found (done), recurred (faulted again within probation).", "rule", "verdict"),
+    _m("fleetd_rule_remediation_verdicts", "gauge", "", "A rule's automatic runs in the window by what they found: fault_found (verification or validation failed, or the trigger proved the fault), nothing_found (done on a symptom alone), recurred (faulted again within probation).", "rule", "verdict"),
     _m("fleetd_rule_precision_ratio", "gauge", "ratio", "A rule's runs that found a real fault or recurred, over its runs judged in the window (absent while none).", "rule"),
     _m("fleetd_rule_alerts_resolved_without_action", "gauge", "", "A rule's alerts that resolved in the window with no run touching their GPU.", "rule"),
     _m("fleetd_rule_shadow_firings", "gauge", "", "Firings of a rule in shadow mode in the window (logged, never notified, never remediated).", "rule"),

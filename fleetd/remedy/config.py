@@ -123,9 +123,10 @@ class BurnInConfig(StrictModel):
 class VerifyConfig(StrictModel):
     """What a reset unit must show before its workers come back.
 
-    ``timeout`` is longer than the 10-minute window of GpuEccUncorrectableError: a driver that
+    Verification does not wait out GpuEccUncorrectableError's 10-minute window (a driver that
     keeps its RAS counts across a reset holds that rule's condition until the window has moved
-    past the fault, and verification waits for the rule to clear (docs/remediation.md).
+    past the fault): it judges the uncorrectable counts itself, against the pre-reset baseline
+    (docs/remediation.md).
     """
 
     healthy_polls: StrictInt = Field(default=3, ge=1, le=100)

@@ -21,10 +21,12 @@ are the record, so a restarted daemon reports the same numbers.
 * **GPU-hours out of service** — per run (not dry, not an undrain), from the lease (workers
   start leaving) to back in service, or ``now`` while it still holds them, times its GPUs;
   clipped to the window.
-* **Rule precision** (staged trust) — per rule: its automatic runs whose verification or
-  validation found a real fault (the run quarantined after its reset), those that found
-  nothing (``done``), those that recurred (another automatic run on one of its GPUs within
-  the probation after it ended), and its alerts that resolved with no action (no run on the
+* **Rule precision** (staged trust) — per rule: its automatic runs that found a real fault
+  (the run quarantined after its reset, or its trigger carried hard evidence of the fault —
+  ``fault_evidence``: an AFID, a CPER or kernel report, an uncorrectable count that rose —
+  even though the reset recovered it), those that found nothing (``done`` on a symptom
+  alone), those that recurred (another automatic run on one of its GPUs within the
+  probation after it ended), and its alerts that resolved with no action (no run on the
   GPU while they fired). precision = (fault found + recurred) / runs judged; shadow firings
   come from the history's ``shadow_alert`` entries.
 """
@@ -177,6 +179,37 @@ def stage_durations(run: Run, events: Sequence[RemediationEvent]) -> tuple[tuple
     return tuple((s, totals[s]) for s in STAGES if s in totals)
 
 
+FAULT_REPORT_SOURCES = frozenset({"cper", "kernel"})
+"""The ``source`` labels of a fault incident (``fleetd_gpu_fault_incident_open``) that are a
+report of the fault itself: a CPER record, a kernel RAS line (not the counters' symptom)."""
+_UNCORRECTABLE = frozenset({"uncorrectable", "deferred"})
+
+
+def fault_evidence(run: Run, events: Sequence[RemediationEvent]) -> str | None:
+    """The hard evidence of a fault the run had before its reset, or None.
+
+    A run whose trigger proves the fault found a fault even when the reset recovered it:
+    the trigger names an AFID (a CPER record) or comes from a fault report (``source`` cper
+    or kernel), it is a count of uncorrectable or deferred errors that rose (``type`` label,
+    a value above zero), or the fault's CPER record joined the run before it began (its
+    ``classified`` entry). A symptom alone (a hang, a slow link, a stale poll) is no proof.
+    """
+    labels = dict(run.trigger.labels)
+    afid = labels.get("afid", "")
+    if afid:
+        return f"CPER record, AFID {afid}"
+    source = labels.get("source", "")
+    if source in FAULT_REPORT_SOURCES:
+        return f"{source} fault report"
+    value = run.trigger.value
+    if labels.get("type", "") in _UNCORRECTABLE and value is not None and value > 0:
+        return f"{value:g} new {labels['type']} error(s)"
+    for e in events:
+        if e.kind == "classified":
+            return e.message
+    return None
+
+
 def run_figures(run: Run, events: Sequence[RemediationEvent]) -> RunFigures:
     """One run's figures from its journaled entries."""
     ordered = sorted(events, key=lambda e: (e.seq, e.at))
@@ -199,7 +232,7 @@ def run_figures(run: Run, events: Sequence[RemediationEvent]) -> RunFigures:
     verdict: str | None = None
     if automatic and not run.dry_run:
         if run.state is RunState.DONE:
-            verdict = "nothing_found"
+            verdict = "fault_found" if fault_evidence(run, ordered) else "nothing_found"
         elif run.state is RunState.QUARANTINED and (run.reset_count or run.reboot_count):
             verdict = "fault_found"
     return RunFigures(

@@ -8,7 +8,10 @@ returned so the machine can compare them with the baseline read just before the 
 A reset that leaves the fault in place must not pass because the counters look quiet, so
 the rules have a say too (``alert_problems``): after the reset, the alert that started the
 run and every critical health alert of the unit's GPUs must have been seen with their
-condition clear.
+condition clear — except an alert on the uncorrectable counts of a GPU whose counts the poll
+read: the machine judges those against the pre-reset baseline (``steps.counters``), knowing
+whether the reset zeroed or kept them, while the rule's ``increase(…[10m])`` still sees the
+pre-reset fault for ten minutes when the driver keeps its counts.
 """
 
 from __future__ import annotations
@@ -121,6 +124,7 @@ def alert_problems(
     trigger_fingerprint: str | None,
     since: float,
     evaluated_at: float | None,
+    counted: Iterable[int] = (),
 ) -> list[str]:
     """Faults the rules still see on ``gpus`` after the reset at ``since``.
 
@@ -129,15 +133,23 @@ def alert_problems(
     cleared, not merely kept open by the run) blocks re-admission when it is the run's
     trigger or a critical alert on one of the unit's GPUs. Until the rules have evaluated
     data from after the reset, nothing is proven.
+
+    ``counted``: the GPUs whose uncorrectable + deferred counts this poll read. An alert on
+    those counts (``type`` uncorrectable or deferred) of such a GPU is not the rules' to
+    judge: its window reaches back before the reset, and the counts compared with the
+    pre-reset baseline say exactly whether an error is new (``steps.counters.new_errors``).
     """
     if evaluated_at is None or evaluated_at <= since:
         return ["waiting for the health rules to evaluate a poll taken after the reset"]
     unit = {str(g) for g in gpus}
+    judged_by_counts = {str(g) for g in counted}
     problems: list[str] = []
     for alert in alerts:
         if alert.state is not AlertState.FIRING or alert.keep_firing_since is not None:
             continue
         gpu = label_value(alert.labels, "gpu")
+        if gpu in judged_by_counts and label_value(alert.labels, "type") in _UE_TYPES:
+            continue
         if alert.key.fingerprint() == trigger_fingerprint:
             where = f"GPU {gpu}: " if gpu else ""
             problems.append(f"{where}{alert.key.rule} (the alert that started this run) holds")

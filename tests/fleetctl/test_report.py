@@ -54,14 +54,16 @@ def test_a_reset_run_is_in_the_report_the_metrics_and_fleetctl(acting: Fleet) ->
     assert "validate" not in stages  # no validation ladder in this journal
     assert all(v >= 0 for v in stages.values())
     [run] = [r for r in report["runs"] if r["run_id"] == run_id]
-    assert run["repair"] == "automatic" and run["verdict"] == "nothing_found"
+    # an uncorrectable error the reset recovered: a fault found, not a healthy GPU reset
+    assert run["repair"] == "automatic" and run["verdict"] == "fault_found"
     assert sum(run["stages"].values()) == pytest.approx(run["repair_s"], abs=1e-6)
     assert report["readmission"]["mean_s"] == pytest.approx(run["repair_s"])
     gpu3 = next(g for g in report["incidents"]["gpus"] if g["gpu"] == 3)
     assert gpu3["incidents"] == 1 and gpu3["serial"]
     assert report["gpu_hours_out_of_service"] > 0
     [ecc] = [r for r in report["rules"] if r["rule"] == run["rule"]]
-    assert ecc["mode"] == "remediate" and ecc["runs"] == 1 and ecc["nothing_found"] == 1
+    assert ecc["mode"] == "remediate" and ecc["runs"] == 1 and ecc["fault_found"] == 1
+    assert ecc["nothing_found"] == 0 and ecc["precision"] == 1.0
     assert data["fleet"]["success"]["succeeded"] == 1
 
     metrics = _metrics(agent)

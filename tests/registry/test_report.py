@@ -81,7 +81,8 @@ def test_fleetctl_report_db_combines_every_agents_summary(
     assert figures["gpu_hours_out_of_service"] == pytest.approx(hours) and hours > 0
     assert figures["time_to_repair"]["automatic"]["count"] == 2
     [ecc] = [r for r in figures["rules"] if r["runs"]]
-    assert ecc["runs"] == 2 and ecc["nothing_found"] == 2 and ecc["mode"] == "remediate"
+    assert ecc["runs"] == 2 and ecc["fault_found"] == 2 and ecc["mode"] == "remediate"
+    assert ecc["nothing_found"] == 0 and ecc["precision"] == 1.0
     assert "runs" not in data["nodes"][0]["report"]  # the registry holds summaries only
     assert {g["node"] for g in figures["incidents"]["gpus"]} == set(NODES[:2])
 

@@ -58,6 +58,8 @@ def make_run(
     resets: int = 1,
     captured_at: float | None = None,
     kind: str = "alert",
+    labels: Mapping[str, str] | None = None,
+    value: float | None = None,
 ) -> m.Run:
     trigger = m.Trigger(
         kind="alert" if kind == "alert" else "manual",
@@ -65,6 +67,8 @@ def make_run(
         rule=rule if kind == "alert" else None,
         fingerprint=f"fp-{run_id}" if kind == "alert" else None,
         gpu=gpu,
+        value=value,
+        labels=tuple(sorted((labels or {}).items())),
         who=None if kind == "alert" else "alice",
     )
     return m.Run(
@@ -168,6 +172,65 @@ def test_automatic_and_manual_repairs_and_what_each_run_found() -> None:
     drain = make_run("drain", m.RunState.DRAINED, at=NOW - HOUR, plan=m.Plan.DRAIN, kind="manual")
     fd = run_figures(drain, events(drain, held_steps[:2]))
     assert not fd.automatic and fd.repair is None and fd.verdict is None
+
+
+def test_a_reset_that_recovered_a_proven_fault_found_a_fault() -> None:
+    """A run whose trigger carried hard evidence of the fault (an AFID from a CPER record, a
+    kernel RAS report, an uncorrectable count that rose, the CPER record that joined the run)
+    found a fault although the reset recovered it; a symptom alone re-admitted found nothing."""
+    t0 = NOW - 5 * HOUR
+    cper = make_run(
+        "cper",
+        m.RunState.DONE,
+        at=t0,
+        rule="GpuCperUncorrectedError",
+        labels={"afid": "22", "source": "cper", "class": "non_fatal_uncorrected", "gpu": "3"},
+        value=1,
+    )
+    kernel = make_run(
+        "kernel", m.RunState.DONE, at=t0, rule="GpuKernelUncorrectableError",
+        labels={"source": "kernel", "class": "uncorrectable", "gpu": "3"}, value=1,
+    )  # fmt: skip
+    counters = make_run(
+        "counters", m.RunState.DONE, at=t0, rule="GpuEccUncorrectableError",
+        labels={"type": "uncorrectable", "gpu": "3"}, value=1,
+    )  # fmt: skip
+    joined = make_run("joined", m.RunState.DONE, at=t0, rule="SiteEccRule")
+    joined_steps = [(t0 + 1, "planned", "classified"), *reset_steps(t0)[1:]]
+    hang = make_run("hang", m.RunState.DONE, at=t0, rule="GpuHang", labels={"gpu": "3"}, value=1)
+    quiet = make_run(
+        "quiet", m.RunState.DONE, at=t0, rule="SiteEccRule",
+        labels={"type": "uncorrectable", "gpu": "3"}, value=0,
+    )  # fmt: skip
+    verdicts = {
+        r.run_id: run_figures(
+            r, events(r, joined_steps if r is joined else reset_steps(t0))
+        ).verdict
+        for r in (cper, kernel, counters, joined, hang, quiet)
+    }
+    assert verdicts == {
+        "cper": "fault_found",
+        "kernel": "fault_found",
+        "counters": "fault_found",
+        "joined": "fault_found",
+        "hang": "nothing_found",
+        "quiet": "nothing_found",
+    }
+    # the demo's headline repair: its rule's precision is the fault it found, not 0 %
+    report = build_report(
+        node=NODE,
+        runs=[cper],
+        events={"cper": events(cper, reset_steps(t0))},
+        history=[],
+        identities=[],
+        rules=[RuleMode("GpuCperUncorrectedError", "remediate", "afid")],
+        now=NOW,
+        window_s=DAY,
+        probation_s=HOUR,
+    )
+    [trust] = report.rules
+    assert (trust.runs, trust.fault_found, trust.nothing_found) == (1, 1, 0)
+    assert trust.precision == 1.0 and report.succeeded == 1
 
 
 def test_the_report_over_a_window() -> None:

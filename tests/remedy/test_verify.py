@@ -140,3 +140,35 @@ def test_a_warning_trigger_blocks_too() -> None:
         evaluated_at=NOW + 1,
     )
     assert found == ["GPU 2: GpuPcieReplayRate (the alert that started this run) holds"]
+
+
+def test_an_alert_on_the_uncorrectable_counts_is_judged_by_the_counts_the_poll_read() -> None:
+    """GpuEccUncorrectableError's ``increase(…[10m])`` still sees the pre-reset fault for ten
+    minutes when the driver keeps its counts: the counts read on the poll, compared with the
+    pre-reset baseline, judge it instead (the machine's ``new_errors``). Without a count read
+    for that GPU, or on another kind of alert, the rules keep their say."""
+
+    def counting(rule: str, gpu: int, kind: str) -> Alert:
+        key = AlertKey(rule, make_labels({"gpu": gpu, "type": kind}))
+        labels = make_labels({"gpu": gpu, "type": kind, "severity": "critical"})
+        return Alert(key, AlertState.FIRING, Severity.CRITICAL, labels, last_eval_at=NOW)
+
+    trigger = counting("GpuEccUncorrectableError", 3, "uncorrectable")
+    deferred = counting("GpuEccUncorrectableError", 1, "deferred")
+    link = alert("GpuXgmiLinkDown", 1)
+
+    def found(counted: list[int]) -> list[str]:
+        return verify.alert_problems(
+            [trigger, deferred, link],
+            [0, 1, 2, 3],
+            trigger_fingerprint=trigger.key.fingerprint(),
+            since=NOW,
+            evaluated_at=NOW + 10,
+            counted=counted,
+        )
+
+    assert found([0, 1, 2, 3]) == ["GPU 1: GpuXgmiLinkDown (critical) holds"]
+    assert found([0, 1, 2]) == [
+        "GPU 3: GpuEccUncorrectableError (the alert that started this run) holds",
+        "GPU 1: GpuXgmiLinkDown (critical) holds",
+    ]
