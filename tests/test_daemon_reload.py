@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -165,15 +167,24 @@ def test_a_reload_while_the_database_is_locked_never_stops_the_daemon(
         daemon.stop()
 
 
-def test_a_rejected_reload_lists_the_config_and_the_rule_files_problems_together(
-    tmp_path: Path, clock: FakeClock
-) -> None:
+@contextmanager
+def running(tmp_path: Path, clock: FakeClock) -> Iterator[tuple[Daemon, Path, Path]]:
+    """A started daemon on ``base``'s config, with its config path and local rule directory."""
     rules_dir = tmp_path / "rules.d"
     rules_dir.mkdir()
     path = write(tmp_path / "fleetd.yaml", base(tmp_path))
     daemon = daemon_from(path, build_node("MI355X", seed=7, clock=clock), clock)
     daemon.start()
     try:
+        yield daemon, path, rules_dir
+    finally:
+        daemon.stop()
+
+
+def test_a_rejected_reload_lists_the_config_and_the_rule_files_problems_together(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    with running(tmp_path, clock) as (daemon, path, rules_dir):
         bad = rules_dir / "bad.yaml"
         bad.write_text("rules:\n  - name: Broken\n    expr: fleetd_gpu_up >\n    severity: info\n")
         write(path, base(tmp_path, poll={"interval": "7q", "gpu_timeout": "2s"}))
@@ -192,20 +203,13 @@ def test_a_rejected_reload_lists_the_config_and_the_rule_files_problems_together
             "could not be read; only the shipped packs were checked"
         )
         assert not any("bad.yaml" in p for p in problems)
-    finally:
-        daemon.stop()
 
 
 def test_a_rule_on_a_metric_fleetd_never_writes_loads_and_is_recorded_as_a_warning(
     tmp_path: Path, clock: FakeClock
 ) -> None:
     """A warning, not a rejection: a pack that loads today keeps loading."""
-    rules_dir = tmp_path / "rules.d"
-    rules_dir.mkdir()
-    path = write(tmp_path / "fleetd.yaml", base(tmp_path))
-    daemon = daemon_from(path, build_node("MI355X", seed=7, clock=clock), clock)
-    daemon.start()
-    try:
+    with running(tmp_path, clock) as (daemon, _path, rules_dir):
         site = rules_dir / "site.yaml"
         site.write_text(
             "rules:\n  - name: HotspotTooHot\n"
@@ -218,5 +222,3 @@ def test_a_rule_on_a_metric_fleetd_never_writes_loads_and_is_recorded_as_a_warni
         (warning,) = event.data["warnings"]
         assert warning.startswith(f"{site}:3:11: rules[0].expr: rule 'HotspotTooHot' reads")
         assert "did you mean 'fleetd_gpu_temperature_celsius'?" in warning
-    finally:
-        daemon.stop()
