@@ -109,15 +109,24 @@ def test_sections_that_need_a_restart_keep_their_running_values_and_say_so(
         daemon.stop()
 
 
-def test_a_rejected_reload_shows_in_rule_reload_status_and_metrics(
-    tmp_path: Path, clock: FakeClock
-) -> None:
+@contextmanager
+def running(tmp_path: Path, clock: FakeClock) -> Iterator[tuple[Daemon, Path, Path]]:
+    """A started daemon on ``base``'s config, with its config path and local rule directory."""
     rules_dir = tmp_path / "rules.d"
     rules_dir.mkdir()
     path = write(tmp_path / "fleetd.yaml", base(tmp_path))
     daemon = daemon_from(path, build_node("MI355X", seed=7, clock=clock), clock)
     daemon.start()
     try:
+        yield daemon, path, rules_dir
+    finally:
+        daemon.stop()
+
+
+def test_a_rejected_reload_shows_in_rule_reload_status_and_metrics(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    with running(tmp_path, clock) as (daemon, _path, rules_dir):
         (rules_dir / "bad.yaml").write_text("rules:\n  - name: Broken\n    expr: up > 1\n")
         assert daemon.reload() is False
         status = daemon.engine.reload_status
@@ -133,8 +142,6 @@ def test_a_rejected_reload_shows_in_rule_reload_status_and_metrics(
         assert daemon.reload() is True
         status = daemon.engine.reload_status
         assert (status.successes, status.failures, status.last_ok) == (1, 1, True)
-    finally:
-        daemon.stop()
 
 
 def test_a_reload_while_the_database_is_locked_never_stops_the_daemon(
@@ -164,20 +171,6 @@ def test_a_reload_while_the_database_is_locked_never_stops_the_daemon(
         if locker is not None:
             locker.rollback()
             locker.close()
-        daemon.stop()
-
-
-@contextmanager
-def running(tmp_path: Path, clock: FakeClock) -> Iterator[tuple[Daemon, Path, Path]]:
-    """A started daemon on ``base``'s config, with its config path and local rule directory."""
-    rules_dir = tmp_path / "rules.d"
-    rules_dir.mkdir()
-    path = write(tmp_path / "fleetd.yaml", base(tmp_path))
-    daemon = daemon_from(path, build_node("MI355X", seed=7, clock=clock), clock)
-    daemon.start()
-    try:
-        yield daemon, path, rules_dir
-    finally:
         daemon.stop()
 
 
