@@ -345,12 +345,16 @@ class Remediation:
 
     # ---- manual -----------------------------------------------------------------------
     def drain(self, gpu: int, *, who: str, why: str, now: float) -> str:
-        """Take GPU ``gpu``'s workers out of service and keep them out (until undrain)."""
+        """Take GPU ``gpu``'s workers out of service and keep them out (until undrain). A
+        dry-run run on the GPU acts on nothing, so it yields: it is cancelled, saying why."""
         with self._lock:
             self._check_gpu(gpu)
             for run in [*self.executor.active(), *self._journal.holding(self.node)]:
-                if gpu in run.gpu_indices:
+                if gpu in run.gpu_indices and not (run.dry_run and not run.terminal):
                     raise RemedyError(f"GPU {gpu} is already in run {run.run_id} ({run.state})")
+            for run in self.executor.active():
+                if gpu in run.gpu_indices and run.dry_run:
+                    self.executor.feed(run.run_id, m.Cancel(who, f"a person drains GPU {gpu}"), now)
             trigger = m.Trigger(kind="manual", at=now, gpu=gpu, who=who, why=why)
             return self._open(
                 self._new_id(),

@@ -249,6 +249,26 @@ def test_a_process_still_on_the_hive_refuses_the_reset(small: Rig) -> None:
     assert small.sim.processes(6)  # it was never killed
 
 
+def test_a_persons_drain_is_not_refused_by_a_dry_run_run_on_the_gpu(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/remediation.md: a person's drain always acts, whatever the mode. A dry-run run on
+    the GPU (which acts on nothing) is cancelled, saying so, and the drain takes the GPU out."""
+    rig = small_rig(tmp_path, clock, monkeypatch, mode="dry-run")
+    try:
+        [dry] = rig.fault(3)
+        assert rig.run(dry).state is m.RunState.PLANNED and rig.run(dry).dry_run
+        drain = rig.remediation.drain(3, who="carol", why="suspect", now=rig.clock.now())
+        assert rig.run(dry).state is m.RunState.ABORTED, rig.run(dry)
+        assert "a person drains GPU 3" in (rig.run(dry).outcome or ""), rig.run(dry).outcome
+        rig.run_until_settled()
+        assert rig.run(drain).state is m.RunState.DRAINED and not rig.run(drain).dry_run
+        assert not rig.fleet.workers["gpu3"].in_rotation  # really drained
+        assert rig.sim.reset_count() == 0
+    finally:
+        rig.close()
+
+
 def test_dry_run_plans_and_logs_every_step_and_touches_nothing(
     tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
