@@ -91,3 +91,23 @@ def test_unread_links_show_unknown_not_healthy() -> None:
     row = GpuRow(index=0, up=True, xgmi_up=None, xgmi_down=None)
     table = gpu_table([row])
     assert str(next(iter(table.columns[XGMI_COLUMN].cells))) == "—/—"
+
+
+ECC_COLUMN = 5
+
+
+def test_ecc_reads_uncorrectable_first_as_fleetctl_status_does(rig: Rig) -> None:
+    """``fleetctl status`` shows ECC as ue/ce; the live view showed ce/ue/def, so one GPU's
+    "4/0" there was "0/4" in status. Both put uncorrectable first now."""
+    rig.poll()
+    rig.node.inject(FAULTY, "ecc_uncorrectable")
+    snapshot = rig.poll()
+    rows = rows_from(snapshot)
+    table = gpu_table(rows)
+    column = table.columns[ECC_COLUMN]
+    assert str(column.header) == "ECC ue/ce/def"
+    by_gpu = {row.index: (row, str(cell)) for row, cell in zip(rows, column.cells, strict=True)}
+    row, text = by_gpu[FAULTY]
+    assert row.ecc_ue and row.ecc_ue > 0, row
+    ue, ce, deferred = text.split("/")
+    assert float(ue) == row.ecc_ue and float(ce) == (row.ecc_ce or 0), (text, row)
