@@ -109,5 +109,5 @@ def test_ecc_reads_uncorrectable_first_as_fleetctl_status_does(rig: Rig) -> None
     by_gpu = {row.index: (row, str(cell)) for row, cell in zip(rows, column.cells, strict=True)}
     row, text = by_gpu[FAULTY]
     assert row.ecc_ue and row.ecc_ue > 0, row
-    ue, ce, deferred = text.split("/")
+    ue, ce, _deferred = text.split("/")
     assert float(ue) == row.ecc_ue and float(ce) == (row.ecc_ce or 0), (text, row)
