@@ -640,7 +640,7 @@ class Executor:
             trigger_fingerprint=run.trigger.fingerprint,
             since=run.entered_at,
             evaluated_at=self._alerts.last_eval_at,
-            counted=(gpu for gpu, _count in health.ue_counts),
+            counted=verify.judged_by_counts(health.ue_counts, run.ue_baseline),
         )
         return replace(health, problems=(*health.problems, *held))
 

@@ -332,7 +332,10 @@ class Remediation:
                 (i, identities[i].uuid, identities[i].bdf) if i in identities else (i, None, None)
                 for i in gpus
             )
-            held = {i for r in self._journal.holding(self.node) for i in r.gpu_indices}
+            # a dry run's hold is pretended: its GPUs still serve
+            held = {
+                i for r in self._journal.holding(self.node) if not r.dry_run for i in r.gpu_indices
+            }
             workers = tuple(
                 w.name for w in self._workers if set(w.gpus) & set(gpus) and not set(w.gpus) & held
             )
@@ -346,11 +349,12 @@ class Remediation:
     # ---- manual -----------------------------------------------------------------------
     def drain(self, gpu: int, *, who: str, why: str, now: float) -> str:
         """Take GPU ``gpu``'s workers out of service and keep them out (until undrain). A
-        dry-run run on the GPU acts on nothing, so it yields: it is cancelled, saying why."""
+        dry run on the GPU acted on nothing, so it yields: one under way is cancelled, saying
+        why, and a finished one's pretended hold (a dry quarantine) holds nothing."""
         with self._lock:
             self._check_gpu(gpu)
             for run in [*self.executor.active(), *self._journal.holding(self.node)]:
-                if gpu in run.gpu_indices and not (run.dry_run and not run.terminal):
+                if gpu in run.gpu_indices and not run.dry_run:
                     raise RemedyError(f"GPU {gpu} is already in run {run.run_id} ({run.state})")
             for run in self.executor.active():
                 if gpu in run.gpu_indices and run.dry_run:
@@ -661,7 +665,10 @@ class Remediation:
         )
         held: set[int] = set()
         if plan is not m.Plan.UNDRAIN:
-            held = {i for r in self._journal.holding(self.node) for i in r.gpu_indices}
+            # a dry run's hold is pretended: its GPUs still serve
+            held = {
+                i for r in self._journal.holding(self.node) if not r.dry_run for i in r.gpu_indices
+            }
         if workers is None:
             # a worker on a held GPU stays out: this run must not bring it back
             workers = tuple(

@@ -117,6 +117,16 @@ def _at_max(
     return []
 
 
+def judged_by_counts(
+    ue_counts: Iterable[tuple[int, float]], ue_baseline: Iterable[tuple[int, float]]
+) -> set[int]:
+    """The GPUs whose uncorrectable counts decide (``alert_problems``' ``counted``): read by
+    this poll *and* before the reset. Without a pre-reset count a new error after the reset
+    cannot be told from the old one (the GPU whose count could not be read is often the sick
+    one), so the rules' alert keeps its say there."""
+    return {gpu for gpu, _ in ue_counts} & {gpu for gpu, _ in ue_baseline}
+
+
 def alert_problems(
     alerts: Iterable[Alert],
     gpus: Iterable[int],
@@ -134,7 +144,8 @@ def alert_problems(
     trigger or a critical alert on one of the unit's GPUs. Until the rules have evaluated
     data from after the reset, nothing is proven.
 
-    ``counted``: the GPUs whose uncorrectable + deferred counts this poll read. An alert on
+    ``counted``: the GPUs whose uncorrectable + deferred counts this poll read and the run
+    read before the reset (``judged_by_counts``). An alert on
     those counts (``type`` uncorrectable or deferred) of such a GPU is not the rules' to
     judge: its window reaches back before the reset, and the counts compared with the
     pre-reset baseline say exactly whether an error is new (``steps.counters.new_errors``).

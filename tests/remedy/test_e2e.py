@@ -269,6 +269,25 @@ def test_a_persons_drain_is_not_refused_by_a_dry_run_run_on_the_gpu(
         rig.close()
 
 
+def test_a_finished_dry_run_quarantine_does_not_refuse_a_persons_drain(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dry-run quarantine ends "holding" the GPU, but only in pretence: the GPU serves, and a
+    person's drain of it acts (it was refused as "already in run … (quarantined)")."""
+    rig = small_rig(tmp_path, clock, monkeypatch, mode="dry-run")
+    try:
+        [dry] = rig.fault(3, plan="quarantine")
+        rig.remediation.tick(rig.clock.now())
+        assert rig.run(dry).state is m.RunState.QUARANTINED and rig.run(dry).dry_run
+        assert rig.fleet.workers["gpu3"].in_rotation  # the dry run acted on nothing
+        drain = rig.remediation.drain(3, who="carol", why="suspect", now=rig.clock.now())
+        rig.run_until_settled()
+        assert rig.run(drain).state is m.RunState.DRAINED and not rig.run(drain).dry_run
+        assert not rig.fleet.workers["gpu3"].in_rotation  # really drained
+    finally:
+        rig.close()
+
+
 def test_dry_run_plans_and_logs_every_step_and_touches_nothing(
     tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -172,3 +172,10 @@ def test_an_alert_on_the_uncorrectable_counts_is_judged_by_the_counts_the_poll_r
         "GPU 3: GpuEccUncorrectableError (the alert that started this run) holds",
         "GPU 1: GpuXgmiLinkDown (critical) holds",
     ]
+    # GPU 3's count was read after the reset but not before it (the sick GPU's read failed):
+    # 6 could be 5 kept and 1 new, so the counts do not judge it and its alert still holds
+    read_now = ((0, 0.0), (1, 2.0), (2, 0.0), (3, 6.0))
+    read_before = ((0, 0.0), (1, 2.0), (2, 0.0))
+    counted = verify.judged_by_counts(read_now, read_before)
+    assert counted == {0, 1, 2}
+    assert found(sorted(counted))[0].startswith("GPU 3: GpuEccUncorrectableError")
