@@ -107,9 +107,22 @@ def load_yaml(
         # in its own words, which say more and are the same on every machine
         builder = _Builder(text, filename, words=words)
         data = builder.build(yaml.SafeLoader)
+    for path in words:  # a boolean that came by an alias, a ``!!bool`` tag or a merge
+        if isinstance(_at_path(data, path), bool):
+            at_line, at_col = mark_for(builder.marks, path)
+            message = "a YAML boolean came here by an alias, tag or merge: write the word itself"
+            builder.problems.append(Problem(filename, at_line, at_col, dotted(path), message))
     if builder.problems:
         raise ConfigError(builder.problems)
     return data, builder.marks
+
+
+def _at_path(data: Any, path: Path_) -> Any:
+    for part in path:
+        if not isinstance(data, dict):
+            return None
+        data = data.get(part)
+    return data
 
 
 def _position(text: str, offset: int) -> tuple[int, int]:

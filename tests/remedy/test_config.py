@@ -131,3 +131,25 @@ def test_bad_sections_name_file_line_and_key(
         load_config(path)
     problems = [str(p) for p in info.value.problems]
     assert any(p.startswith(f"{path}:{line}:") and message in p for p in problems), problems
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "rules: {local_dir: &y yes}\nremediation: {mode: *y}\n",  # an alias
+        "remediation: {mode: !!bool yes}\n",  # a tag
+        "x: &d {mode: true}\nremediation: {<<: *d}\n",  # a merge
+    ],
+)
+def test_a_boolean_mode_by_another_road_is_refused_too(tmp_path: Path, text: str) -> None:
+    """The loader keeps the word only where it is written; a boolean that reaches
+    ``remediation.mode`` by an alias, a tag or a merge would still have been taken as on."""
+    path = tmp_path / "fleetd.yaml"
+    path.write_text(text + "alerting: {receivers: [{name: c, console: [{}]}]}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    messages = [(p.key, p.message) for p in caught.value.problems]
+    assert (
+        "remediation.mode",
+        "a YAML boolean came here by an alias, tag or merge: write the word itself",
+    ) in messages, messages
