@@ -8,6 +8,7 @@ that /metrics exposes nothing outside this catalog and that dashboards query not
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -977,12 +978,38 @@ def spec(name: str) -> MetricSpec:
 HISTOGRAM_SERIES = ("_bucket", "_sum", "_count")
 """The series a histogram family is written as (``x_bucket`` with ``le``, ``x_sum``, ``x_count``)."""
 
-SERIES_NAMES: frozenset[str] = frozenset(
-    name + suffix if spec.type == "histogram" else name
-    for name, spec in CATALOG.items()
-    for suffix in (HISTOGRAM_SERIES if spec.type == "histogram" else ("",))
+def _series(specs: Iterable[MetricSpec]) -> frozenset[str]:
+    return frozenset(
+        spec.name + suffix
+        for spec in specs
+        for suffix in (HISTOGRAM_SERIES if spec.type == "histogram" else ("",))
+    )
+
+
+EXPORTED_ONLY = frozenset({"fleetd_doctor_check"})
+"""Catalog names in a rule-readable group that only /metrics shows (the start-up preflight)."""
+
+SERIES_NAMES: frozenset[str] = _series(
+    spec
+    for group in (
+        GPU_METRICS,
+        EVENT_METRICS,
+        VLLM_METRICS,
+        SERVING_METRICS,
+        RULE_METRICS,
+        STORE_METRICS,
+        FLEET_METRICS,
+    )
+    for spec in group
+    if spec.name not in EXPORTED_ONLY
 )
 """Every metric name fleetd writes into its window and store, so every name a rule can read:
-the catalog's (GPU, events and fault incidents, vLLM and serving, fleetd's own, rules, alerts,
-remediation, store, clock, fleet, KPI), a histogram as its three series, never by its family
-name. fleetd has no recording rules: a rule's result is an alert, not a series."""
+the polls' GPU series, the event sources' and fault incidents', vLLM and serving, the rules'
+own (health, coverage), the store's and the fleet registry's; a histogram as its three series,
+never by its family name. fleetd has no recording rules: a rule's result is an alert, not a
+series."""
+
+METRICS_ONLY: frozenset[str] = _series(CATALOG.values()) - SERIES_NAMES
+"""Names only /metrics shows, computed at a scrape or kept by the exporter (build and process
+info, the polls' own timing, amdsmi call counts, the clock check, the preflight, alert delivery,
+remediation and the reliability KPIs): a rule cannot read them."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from fleetd.collect.catalog import SERIES_NAMES
+from fleetd.collect.catalog import METRICS_ONLY, SERIES_NAMES
 from fleetd.configbase import (
     Marks,
     Path_,
@@ -353,10 +353,12 @@ def _unknown_metrics(
             continue
         suggestion = known.suggest(node.metric)
         hint = f"; did you mean {suggestion!r}?" if suggestion else ""
-        message = (
-            f"rule {rule.name!r} reads {node.metric!r}, a metric fleetd never writes: "
-            f"the rule can never fire{hint}"
+        what = (
+            "a metric only /metrics shows (rules cannot read it)"
+            if node.metric in METRICS_ONLY
+            else "a metric fleetd never writes"
         )
+        message = f"rule {rule.name!r} reads {node.metric!r}, {what}: the rule can never fire{hint}"
         where = _at(text, filename, marks, path, node.pos, message)
         out.append(UnknownMetric(rule.name, node.metric, suggestion, where, rule.source))
     return out

@@ -322,6 +322,24 @@ class TestUnwrittenMetrics:
             "(did you mean fleetd_gpu_temperature_celsius?)"
         )
 
+    def test_a_metric_only_metrics_shows_is_warned_of_as_such(self, tmp_path: Path) -> None:
+        """fleetd exports alert delivery, remediation, KPI, build and poll-timing series on
+        /metrics only (computed at a scrape): a rule on one loads and can never fire."""
+        path = tmp_path / "site.yaml"
+        path.write_text(
+            "rules:\n"
+            "  - name: OutboxBacklog\n    expr: fleetd_alert_outbox_pending > 100\n"
+            "    severity: warning\n"
+            "  - name: Paused\n    expr: fleetd_remediation_paused == 1\n    severity: info\n"
+            "  - name: Unhealthy\n    expr: fleetd_node_health == 1\n    severity: info\n"
+        )
+        rules = load_rule_set([], [path])
+        assert [u.metric for u in rules.unknown] == [
+            "fleetd_alert_outbox_pending",
+            "fleetd_remediation_paused",
+        ]  # fleetd_node_health is the rules' own, in the window
+        assert all("only /metrics shows" in w.message for w in rules.warnings), rules.warnings
+
     def test_only_the_rules_that_run_are_warned_of(self, tmp_path: Path) -> None:
         """A shipped-pack rule on an unwritten name that a local rule replaces is not."""
         shipped = tmp_path / "s" / "a.yaml"
