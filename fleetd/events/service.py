@@ -61,6 +61,7 @@ ONE_RESET = 60.0
 """Reports of a reset of one GPU within this many seconds are one reset (the kernel's lines
 and KFD's post-reset event)."""
 MAX_MARKS = 32
+UE_COUNTS_FILE = "ue_counts.json"
 INCIDENT_ZERO_KEEP = 900.0
 """Seconds a closed incident's series keeps reading 0 (then it is dropped)."""
 
@@ -139,7 +140,11 @@ class EventService:
         self._fatal: dict[int, tuple[float, int, str]] = {}
         self._unplanned: dict[int, tuple[int, float]] = {}
         self._marks: dict[int, list[ResetMark]] = {}
-        self._ue_counts: dict[int, float] = {}
+        # each GPU's last uncorrectable + deferred count, kept across restarts: a rise while
+        # fleetd was down is a report like any other (GpuEccUncorrectableError stands down
+        # after an incident closed unless the counters open one)
+        self._ue_state = StateFile(state_dir, UE_COUNTS_FILE)
+        self._ue_counts: dict[tuple[int, str], float] = self._load_ue_counts()
         self._seen_keys: set[str] = set()
         self._gpus: dict[str, tuple[int, str]] = {}
         self._uuids: dict[int, str] = {}
@@ -356,8 +361,10 @@ class EventService:
     # ------------------------------------------------------------------ counters
     def observe_counters(self, readings: Iterable[Reading], now: float) -> None:
         """The poll's ECC counters: a rise of a GPU's uncorrectable + deferred count is one
-        more report of an uncorrectable fault (the first read, and a drop, set the base)."""
-        totals: dict[int, float] = {}
+        more report of an uncorrectable fault (the first read, and a drop, set the base). The
+        counts are kept across restarts by GPU and UUID, so a rise while fleetd was down is
+        a rise; another board in the slot (another UUID) starts from its first read."""
+        totals: dict[tuple[int, str], float] = {}
         for reading in readings:
             if reading.metric != "fleetd_gpu_ecc_errors_total" or reading.value is None:
                 continue
@@ -365,10 +372,14 @@ class EventService:
                 continue
             index = label_value(reading.labels, "gpu")
             if index is not None and index.isdigit():
-                totals[int(index)] = totals.get(int(index), 0.0) + reading.value
-        for gpu, total in totals.items():
-            before = self._ue_counts.get(gpu)
-            self._ue_counts[gpu] = total
+                key = (int(index), label_value(reading.labels, "uuid") or "")
+                totals[key] = totals.get(key, 0.0) + reading.value
+        changed = {key: t for key, t in totals.items() if self._ue_counts.get(key) != t}
+        if changed:
+            self._save_ue_counts({**self._ue_counts, **changed})
+        for (gpu, uuid), total in changed.items():
+            before = self._ue_counts.get((gpu, uuid))
+            self._ue_counts[(gpu, uuid)] = total
             if before is not None and total > before:
                 self._report(
                     gpu,
@@ -378,6 +389,31 @@ class EventService:
                     action="reset",
                     why=f"ECC counters: {total - before:g} new uncorrectable/deferred error(s)",
                 )
+
+    def _load_ue_counts(self) -> dict[tuple[int, str], float]:
+        path = str(self._ue_state.path)
+        data = self._ue_state.load(
+            lambda why: log.warning("ue_counts_unreadable", path=path, error=why)
+        )
+        rows = data.get("counts") if isinstance(data, dict) else None
+        if not isinstance(rows, list):
+            return {}
+        return {
+            (row[0], row[1]): float(row[2])
+            for row in rows
+            if isinstance(row, list)
+            and len(row) == 3
+            and isinstance(row[0], int)
+            and isinstance(row[1], str)
+            and isinstance(row[2], int | float)
+        }
+
+    def _save_ue_counts(self, counts: dict[tuple[int, str], float]) -> None:
+        rows = [[gpu, uuid, total] for (gpu, uuid), total in sorted(counts.items())]
+        try:
+            self._ue_state.save({"counts": rows})
+        except OSError as exc:  # kept in memory; a restart takes its first read as the base
+            log.warning("ue_counts_unsaved", path=str(self._ue_state.path), error=str(exc))
 
     # ------------------------------------------------------------------ incidents
     def _report(

@@ -13,7 +13,7 @@ from typing import Any
 from fleetd.events.config import EventsConfig
 from fleetd.events.incidents import INCIDENTS_FILE, IncidentBook
 from fleetd.events.model import KernelEvent
-from fleetd.events.service import EventService, severity_mask
+from fleetd.events.service import UE_COUNTS_FILE, EventService, severity_mask
 from fleetd.model import GpuIdentity, Reading, label_value, make_labels
 from fleetd.statefile import StateFile
 
@@ -206,3 +206,32 @@ def test_bad_input_counters_are_series(tmp_path: Path) -> None:
         if r.metric == "fleetd_event_source_input_total"
     }
     assert found[("cper", "malformed_buffer")] == 2.0
+
+
+def test_a_rise_while_fleetd_was_down_is_reported_after_the_restart(tmp_path: Path) -> None:
+    """The last counts are kept with the incidents: the next process compares its first read
+    with them, so an error counted while fleetd was down (or restarting) opens a counters
+    incident, which GpuEccUncorrectableError's stand-down after a closed incident depends on.
+    A damaged file is a fresh start."""
+
+    def counts(value: float, uuid: str = "GPU-3") -> list[Reading]:
+        labels = make_labels({"gpu": 3, "uuid": uuid, "type": "uncorrectable", "block": "UMC"})
+        return [Reading("fleetd_gpu_ecc_errors_total", labels, value, T0)]
+
+    World(tmp_path).service.observe_counters(counts(5.0), T0)  # the base, then fleetd stops
+    again = World(tmp_path)
+    again.service.observe_counters(counts(6.0), T0 + 60)  # the first read of the next process
+    incident = again.service.incident(3)
+    assert incident is not None and incident.source == "counters", incident
+    # another board in the slot, with errors of its own from before: not a rise
+    swapped = World(tmp_path)
+    swapped.service.observe_counters(counts(40.0, uuid="GPU-3-replacement"), T0 + 90)
+    assert len(swapped.service.incident(3).reports) == len(incident.reports)  # type: ignore[union-attr]
+    (tmp_path / UE_COUNTS_FILE).write_text("[1, 2")
+    fresh = World(tmp_path)
+    fresh.service.observe_counters(counts(9.0), T0 + 120)  # no base: the first read sets it
+    kept = fresh.service.incident(3)  # the open incident, kept by its own file
+    assert kept is not None and len(kept.reports) == len(incident.reports)  # no new report
+    fresh.service.observe_counters(counts(10.0), T0 + 180)  # and from there on, rises count
+    grown = fresh.service.incident(3)
+    assert grown is not None and len(grown.reports) == len(incident.reports) + 1
