@@ -620,6 +620,19 @@ def test_verification_reads_counts_against_the_baseline_taken_before_the_reset(
     assert run.ue_baseline == ((3, before),)
 
 
+def test_after_a_zeroing_reset_a_gpu_without_a_baseline_counts_every_error_as_new() -> None:
+    """GPU 3's pre-reset read failed (no baseline); GPU 2's count fell (the reset zeroed the
+    unit's counters). GPU 3's 1 at the first verification poll is an error since the reset:
+    compared with the lowest count since the reset (that same 1) it would have passed."""
+    world = World(
+        baseline=lambda now: m.BaselineResult(((2, 4.0),), ((2, 40.0),)),
+        health=lambda now: m.HealthResult((), ((2, 0.0), (3, 1.0)), ((2, 0.0),)),
+    )
+    run, _, _ = drive(world, new_run(), NOW)
+    assert run.state is m.RunState.QUARANTINED, run.outcome
+    assert "GPU 3: 1 new uncorrectable error(s) since the reset" in (run.outcome or "")
+
+
 def test_an_unproven_reset_says_why_it_cannot_pass() -> None:
     world = World(health=_counts(1.0, ce=None), baseline=lambda now: m.BaselineResult(((3, 1.0),)))
     run, _, _ = drive(world, new_run(), NOW)

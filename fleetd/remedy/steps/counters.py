@@ -49,8 +49,10 @@ def new_errors(run: Run, counts: tuple[tuple[int, float], ...]) -> list[str]:
     Zeroed counters: every count since the reset is new. Kept counters: only the excess over
     the pre-reset baseline. Unknown: the excess, and errors counted before the reset that
     are still counted — the reset gave no sign it cleared them, so they cannot pass (a fault
-    that came straight back looks exactly like this). A GPU without a baseline is compared
-    with the lowest count seen since the reset.
+    that came straight back looks exactly like this). A GPU without a baseline (its
+    pre-reset read failed) is compared with the lowest count seen since the reset — unless the
+    unit's counters were zeroed: then every count since is new on it too (the lowest would
+    already hold an error counted before the first verification poll).
     """
     effect = reset_effect(run)
     before = dict(run.ue_baseline)
@@ -58,10 +60,10 @@ def new_errors(run: Run, counts: tuple[tuple[int, float], ...]) -> list[str]:
     found = []
     for gpu, count in counts:
         base = before.get(gpu)
-        if base is None:
-            new = count - lowest.get(gpu, count)
-        elif effect == "zeroed":
+        if effect == "zeroed":
             new = count
+        elif base is None:
+            new = count - lowest.get(gpu, count)
         else:
             new = count - base
         if new > 0:
