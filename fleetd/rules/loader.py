@@ -56,7 +56,12 @@ class UnknownMetric:
 
     def describe(self) -> str:
         hint = f" (did you mean {self.suggestion}?)" if self.suggestion else ""
-        return f"{self.rule} can never fire: fleetd never writes {self.metric}{hint}"
+        return f"{self.rule} can never fire: {_unreadable(self.metric)} {self.metric}{hint}"
+
+
+def _unreadable(metric: str) -> str:
+    """Why a rule cannot read ``metric``, as the warnings word it."""
+    return "only /metrics shows" if metric in METRICS_ONLY else "fleetd never writes"
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,13 +208,17 @@ class _Known:
     def suggest(self, name: str) -> str | None:
         if self._sorted is None:
             self._sorted = sorted(self.names or ())
-        close = difflib.get_close_matches(name, self._sorted, n=1, cutoff=0.8)
-        return close[0] if close else None
+        return _closest(name, self._sorted)
+
+
+def _closest(name: str, choices: Sequence[str]) -> str | None:
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.8)
+    return close[0] if close else None
 
 
 def _did_you_mean(name: str, choices: Iterable[str]) -> str:
-    close = difflib.get_close_matches(name, sorted(choices), n=1, cutoff=0.8)
-    return f"; did you mean {close[0]!r}?" if close else ""
+    close = _closest(name, sorted(choices))
+    return f"; did you mean {close!r}?" if close else ""
 
 
 def _load_or_collect(
@@ -258,14 +267,9 @@ def load_rule_file(
     when it is empty (a site file cut to nothing would silently bring back the shipped rules
     it replaced or disabled) or cut short (its last line has no line break).
     """
-    filename = str(path)
-    text, problems = read_whole(path)
-    try:
-        loaded, found = _parse(text, filename, runbook_base_url, _Known(known_metrics))
-    except ConfigError as exc:
-        raise ConfigError([*problems, *exc.problems]) from None
-    problems += [*found, *_empty(loaded, text, filename)]
-    if problems:
+    problems: list[Problem] = []
+    loaded = _load_or_collect(Path(path), problems, runbook_base_url, _Known(known_metrics))
+    if loaded is None or problems:
         raise ConfigError(problems)
     return loaded
 
@@ -353,12 +357,13 @@ def _unknown_metrics(
             continue
         suggestion = known.suggest(node.metric)
         hint = f"; did you mean {suggestion!r}?" if suggestion else ""
-        what = (
-            "a metric only /metrics shows (rules cannot read it)"
-            if node.metric in METRICS_ONLY
-            else "a metric fleetd never writes"
+        what = _unreadable(node.metric)
+        if node.metric in METRICS_ONLY:
+            what += " (rules cannot read it)"
+        message = (
+            f"rule {rule.name!r} reads {node.metric!r}, a metric {what}: "
+            f"the rule can never fire{hint}"
         )
-        message = f"rule {rule.name!r} reads {node.metric!r}, {what}: the rule can never fire{hint}"
         where = _at(text, filename, marks, path, node.pos, message)
         out.append(UnknownMetric(rule.name, node.metric, suggestion, where, rule.source))
     return out
